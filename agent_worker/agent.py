@@ -1,0 +1,145 @@
+"""Agent definitions and the registry workers resolve runs against.
+
+A run records the agent name and version it started on. A worker resolves it
+to an agent it serves: the same version, or a newer one that declares it can
+resume that version (``resumes``), migrating the checkpoint with ``migrate``.
+Otherwise the run waits for a worker that serves it; it is never run by the
+wrong code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agent_worker.budget import Budget
+from agent_worker.checkpoint import Checkpoint
+from agent_worker.errors import UnknownAgentError
+from agent_worker.model.protocol import ModelClient
+from agent_worker.tools import Tool
+
+ModelFactory = Callable[[], ModelClient]
+Retention = Literal["full", "shallow"]
+
+
+@dataclass(frozen=True)
+class Agent:
+    """What a run executes: a model, tools, instructions and limits.
+
+    ``model`` is a client or a zero-argument factory (called once per worker
+    process, so clients holding sockets are never shared across fork).
+    """
+
+    name: str
+    model: ModelClient | ModelFactory
+    tools: Sequence[Tool] = ()
+    instructions: str = ""
+    version: str = "1"
+    budget: Budget = field(default_factory=Budget)
+    input_model: type[BaseModel] | None = None
+    window_messages: int = 40
+    window_tokens: int = 100_000
+    retention: Retention = "full"
+    approval_owner: str | None = None
+    approval_timeout: timedelta = timedelta(days=7)
+    on_approval_timeout: Literal["reject", "approve", "escalate"] = "reject"
+    escalate_to: str | None = None
+    resumes: tuple[str, ...] = ()
+    migrate: Callable[[Checkpoint, str], Checkpoint] | None = None
+    prices: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tools]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ValueError(f"agent {self.name}: duplicate tool names {sorted(duplicates)}")
+        if not self.name or not self.version:
+            raise ValueError("an agent needs a name and a version")
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None`` if the model made it up."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def client(self) -> ModelClient:
+        """The model client (built from the factory on first use per process)."""
+        if isinstance(self.model, ModelClient):
+            return self.model
+        return _model_cache.setdefault((self.name, self.version), self.model())
+
+    def serves(self, version: str) -> bool:
+        """Whether runs started on ``version`` can be resumed by this definition."""
+        return version == self.version or version in self.resumes
+
+
+_model_cache: dict[tuple[str, str], ModelClient] = {}
+
+
+class Registry:
+    """Agents this process knows, by name and version."""
+
+    def __init__(self) -> None:
+        self._agents: dict[tuple[str, str], Agent] = {}
+
+    def register(self, agent: Agent) -> Agent:
+        """Add ``agent`` (re-registering the same name and version replaces it)."""
+        self._agents[(agent.name, agent.version)] = agent
+        return agent
+
+    def get(self, name: str, version: str | None = None) -> Agent:
+        """The agent to start a run with: the named version, else the newest.
+
+        Raises:
+            UnknownAgentError: no agent of that name (and version) is registered.
+        """
+        if version is not None:
+            found = self._agents.get((name, version))
+            if found is None:
+                raise UnknownAgentError(f"unknown agent {name!r} version {version!r}")
+            return found
+        candidates = [a for (n, _), a in self._agents.items() if n == name]
+        if not candidates:
+            known = ", ".join(sorted({n for n, _ in self._agents})) or "none"
+            raise UnknownAgentError(f"unknown agent {name!r} (registered: {known})")
+        return max(candidates, key=lambda a: _version_key(a.version))
+
+    def resolve(self, name: str, version: str) -> Agent | None:
+        """The agent that resumes runs of ``name@version`` here, if any."""
+        exact = self._agents.get((name, version))
+        if exact is not None:
+            return exact
+        return next((a for a in self.all() if a.name == name and a.serves(version)), None)
+
+    def all(self) -> list[Agent]:
+        """Every registered agent."""
+        return list(self._agents.values())
+
+    def served_versions(self) -> list[tuple[str, str]]:
+        """Every (name, version) whose laps this process can run."""
+        pairs = {(a.name, v) for a in self.all() for v in (a.version, *a.resumes)}
+        return sorted(pairs)
+
+    def import_modules(self, modules: Iterable[str]) -> None:
+        """Import agent modules so their ``register`` calls run."""
+        for module in modules:
+            if module.strip():
+                importlib.import_module(module.strip())
+
+
+def _version_key(version: str) -> tuple[int, ...] | tuple[str]:
+    try:
+        return tuple(int(p) for p in version.split("."))
+    except ValueError:
+        return (version,)
+
+
+registry = Registry()
+
+
+def register(agent: Agent) -> Agent:
+    """Register ``agent`` in the process-wide registry workers resolve runs from."""
+    return registry.register(agent)

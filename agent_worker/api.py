@@ -1,0 +1,363 @@
+"""The public API application code calls: start runs, read them, decide
+approvals, send signals, cancel, retry, fork.
+
+Every write commits to the store first and only then hands a lap to the
+dispatcher; a send that never arrives is re-sent by the sweeper. Invalid input
+raises ``InvalidInputError`` (or a subclass) before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_worker.agent import Agent
+from agent_worker.budget import Budget, BudgetLedger
+from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
+from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.errors import (
+    InvalidInputError,
+    PayloadTooLargeError,
+    UnknownRunError,
+)
+from agent_worker.messages import Message
+from agent_worker.runtime import Runtime
+from store.base import (
+    TERMINAL,
+    ApprovalRecord,
+    DueLap,
+    EffectRecord,
+    EventRecord,
+    NewRun,
+    RunRecord,
+    SignalRecord,
+    StoredMessage,
+)
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def _check_id(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidInputError(
+            f"{what} must be 1-200 characters of letters, digits, '.', '_' or '-' "
+            f"(starting with a letter or digit); got {value!r}")
+    return value
+
+
+def _json_size(value: Any, what: str) -> int:
+    try:
+        return len(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
+
+
+class AgentWorker:
+    """A handle on one store and one dispatcher; module functions use a default one."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    # --- runs ---------------------------------------------------------------
+
+    def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
+                  tenant: str | None = None, version: str | None = None,
+                  budget: Budget | None = None) -> RunRecord:
+        """Create a run and send its first lap; with a ``run_id`` a retried call
+        returns the existing run instead of starting a second one."""
+        name = agent.name if isinstance(agent, Agent) else agent
+        if isinstance(agent, Agent) and version is None:
+            version = agent.version
+        spec = self.rt.registry.get(name, version)
+        run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
+        if tenant is not None:
+            _check_id(tenant, "tenant")
+        size = _json_size(input, "input")
+        if size > self.rt.settings.max_input_bytes:
+            raise PayloadTooLargeError(
+                f"input is {size} bytes; the limit is {self.rt.settings.max_input_bytes}")
+        if spec.input_model is not None:
+            try:
+                input = spec.input_model.model_validate(input or {}).model_dump(mode="json")
+            except ValidationError as e:
+                raise InvalidInputError(f"invalid input for {name}: {e}") from e
+        limits = budget or spec.budget
+        now = self.rt.clock.now()
+        first = Message(role="user", content=input if isinstance(input, str)
+                        else json.dumps(input, sort_keys=True))
+        checkpoint = Checkpoint(lap=0, agent_name=spec.name, agent_version=spec.version,
+                                budget=BudgetLedger.start(limits, now), message_count=1)
+        run, created = self.rt.store.create_run(NewRun(
+            id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
+            input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
+            checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
+            messages=[first], now=now))
+        if not created:
+            if run.agent_name != spec.name:
+                raise InvalidInputError(
+                    f"run {run_id} already exists for agent {run.agent_name}, not {spec.name}")
+            return run
+        self._send_next(run)
+        return run
+
+    def _send_next(self, run: RunRecord) -> None:
+        self.rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's current record. Raises ``UnknownRunError``."""
+        run = self.rt.store.get_run(run_id)
+        if run is None:
+            raise UnknownRunError(f"unknown run {run_id!r}")
+        return run
+
+    def list_runs(self, *, status: str | None = None, agent: str | None = None,
+                  agent_version: str | None = None, tenant: str | None = None,
+                  stale: bool = False, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first; ``stale`` keeps runnable runs with no checkpoint
+        for longer than ``stale_after_seconds``."""
+        stale_before = (self.rt.clock.now()
+                        - timedelta(seconds=self.rt.settings.stale_after_seconds)
+                        if stale else None)
+        return self.rt.store.list_runs(status=status, agent=agent, agent_version=agent_version,
+                                       tenant=tenant, stale_before=stale_before, limit=limit)
+
+    def wait(self, run_id: str, timeout: float | None = None, *, poll: float = 0.2,
+             until: Callable[[RunRecord], bool] | None = None) -> RunRecord:
+        """Block until the run finishes (or ``until(run)`` holds).
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        done = until or (lambda r: r.status in TERMINAL)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = self.get_run(run_id)
+            if done(run):
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} is still {run.status} at lap {run.lap}")
+            self._idle(poll)
+
+    def _idle(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    # --- pauses and decisions -----------------------------------------------
+
+    def approve(self, approval_or_run: str, *, by: str, comment: str | None = None
+                ) -> ApprovalRecord:
+        """Approve the pending call (by approval id, or the run's only pending one)."""
+        return self._decide(approval_or_run, True, by, comment)
+
+    def reject(self, approval_or_run: str, *, by: str, comment: str | None = None
+               ) -> ApprovalRecord:
+        """Reject the pending call; the model is told who rejected it and why."""
+        return self._decide(approval_or_run, False, by, comment)
+
+    def _decide(self, ident: str, approved: bool, by: str, comment: str | None
+                ) -> ApprovalRecord:
+        is_run = self.rt.store.get_run(ident) is not None
+        record, due = self.rt.store.decide_approval(
+            None if is_run else ident, ident if is_run else None, approved=approved, by=by,
+            comment=comment, now=self.rt.clock.now())
+        if due is not None:
+            self.rt.send_all([due])
+        return record
+
+    def list_approvals(self, *, status: str = "pending", run_id: str | None = None
+                       ) -> list[ApprovalRecord]:
+        """Approvals in ``status``, oldest first (the inbox)."""
+        return self.rt.store.list_approvals(status=status, run_id=run_id)
+
+    def send_signal(self, run_id: str, name: str, payload: Any = None) -> SignalRecord:
+        """Store a signal durably; a run waiting for ``name`` resumes, and one
+        that waits later finds it. Each signal is delivered into one lap."""
+        _json_size(payload, "payload")
+        if not name:
+            raise InvalidInputError("a signal needs a name")
+        record, due = self.rt.store.send_signal(run_id, name, payload, now=self.rt.clock.now())
+        if due is not None:
+            self.rt.send_all([due])
+        return record
+
+    def cancel(self, run_id: str, *, reason: str, by: str = "api") -> RunRecord:
+        """Stop the run at the next lap boundary and undo its compensatable effects."""
+        due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
+                                           now=self.rt.clock.now())
+        if due is not None:
+            self.rt.send_all([due])
+        return self.get_run(run_id)
+
+    def retry(self, run_id: str, *, by: str = "api") -> RunRecord:
+        """Resume a failed (or attention-needing) run from its last checkpoint."""
+        due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
+                                    from_statuses=("failed", "waiting"),
+                                    event={"kind": "retried", "by": by})
+        self.rt.send_all([due])
+        return self.get_run(run_id)
+
+    def raise_budget(self, run_id: str, *, by: str = "api", **limits: Any) -> RunRecord:
+        """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it."""
+        run = self.get_run(run_id)
+        try:
+            merged = Budget.model_validate({**run.limits, **limits})
+        except ValidationError as e:
+            raise InvalidInputError(f"invalid budget: {e}") from e
+        due = self.rt.store.requeue(run_id, now=self.rt.clock.now(), from_statuses=("waiting",),
+                                    event={"kind": "budget_raised", "by": by,
+                                           "limits": merged.model_dump(mode="json")},
+                                    limits=merged.model_dump(mode="json"))
+        self.rt.send_all([due])
+        return self.get_run(run_id)
+
+    def resolve_effect(self, key: str, *, applied: bool, by: str, result: Any = None
+                       ) -> EffectRecord:
+        """A human's verdict on an effect whose outcome was unknown."""
+        record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
+                                              now=self.rt.clock.now())
+        run = self.get_run(record.run_id)
+        if run.status == "queued":
+            self._send_next(run)
+        return record
+
+    # --- history --------------------------------------------------------------
+
+    def checkpoints(self, run_id: str) -> list[tuple[int, int, Any]]:
+        """(lap, schema version, committed at) of each kept checkpoint."""
+        return self.rt.store.list_checkpoints(run_id)
+
+    def state_at(self, run_id: str, lap: int) -> Checkpoint:
+        """The run's state after ``lap`` committed laps."""
+        state = self.rt.store.get_checkpoint(run_id, lap)
+        if state is None:
+            raise InvalidInputError(f"run {run_id} has no checkpoint for lap {lap}")
+        return load_checkpoint(state)
+
+    def messages(self, run_id: str) -> list[StoredMessage]:
+        return self.rt.store.list_messages(run_id)
+
+    def effects(self, run_id: str) -> list[EffectRecord]:
+        return self.rt.store.list_effects(run_id)
+
+    def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
+        return self.rt.store.list_events(run_id, after_id=after_id)
+
+    def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
+             version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
+        """A new run starting from ``run_id``'s state after ``lap``; the original
+        is untouched. The fork's effects get its own keys, so nothing the
+        original did is re-applied by replay; its ledger stays as history."""
+        parent = self.get_run(run_id)
+        base = self.state_at(run_id, lap)
+        spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
+        new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
+        now = self.rt.clock.now()
+        history = self.rt.store.list_messages(run_id, end=base.message_count)
+        checkpoint = base.model_copy(update={
+            "lap": 0, "agent_version": spec.version, "pending_calls": (),
+            "facts": {**base.facts, **(facts or {})},
+            "budget": BudgetLedger.start(Budget.model_validate(parent.limits), now)})
+        run, created = self.rt.store.create_run(NewRun(
+            id=new_id, tenant=parent.tenant, agent_name=spec.name, agent_version=spec.version,
+            input=parent.input, limits=parent.limits, retention=parent.retention,
+            checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
+            messages=[m.message for m in history], now=now, parent_run_id=run_id,
+            forked_from_lap=lap))
+        if created:
+            self._send_next(run)
+        return run
+
+    def sweep(self) -> int:
+        """One sweeper pass; returns how many laps it sent."""
+        s = self.rt.settings
+        now = self.rt.clock.now()
+        due = self.rt.store.sweep(now=now, overdue_before=now - timedelta(
+            seconds=s.queued_overdue_seconds))
+        self.rt.send_all(due)
+        return len(due)
+
+    @staticmethod
+    def cost(run: RunRecord) -> Decimal:
+        """The run's spend in currency units."""
+        return Decimal(run.cost_micros) / 1_000_000
+
+
+_default: AgentWorker | None = None
+
+
+def configure(client: AgentWorker | None) -> None:
+    """Set (or with ``None`` reset) the handle the module-level functions use."""
+    global _default
+    _default = client
+
+
+def client() -> AgentWorker:
+    """The default handle: the configured store and the Celery broker."""
+    global _default
+    if _default is None:
+        from agent_worker.settings import get_settings
+        from store.sql import SqlStore
+        from tasks.dispatch import CeleryDispatcher
+
+        settings = get_settings()
+        _load_agents(settings.agent_modules)
+        _default = AgentWorker(Runtime(store=SqlStore(settings.database_url),
+                                       dispatcher=CeleryDispatcher(), settings=settings))
+    return _default
+
+
+def _load_agents(modules: str) -> None:
+    from agent_worker.agent import registry
+
+    registry.import_modules(modules.split(","))
+
+
+def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = None,
+              tenant: str | None = None, version: str | None = None,
+              budget: Budget | None = None) -> RunRecord:
+    """Start a run on the default handle; see ``AgentWorker.start_run``."""
+    return client().start_run(agent, input, run_id=run_id, tenant=tenant, version=version,
+                              budget=budget)
+
+
+def get_run(run_id: str) -> RunRecord:
+    return client().get_run(run_id)
+
+
+def wait(run_id: str, timeout: float | None = None) -> RunRecord:
+    return client().wait(run_id, timeout)
+
+
+def list_runs(**filters: Any) -> list[RunRecord]:
+    return client().list_runs(**filters)
+
+
+def approve(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
+    return client().approve(approval_or_run, by=by, comment=comment)
+
+
+def reject(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
+    return client().reject(approval_or_run, by=by, comment=comment)
+
+
+def send_signal(run_id: str, name: str, payload: Any = None) -> SignalRecord:
+    return client().send_signal(run_id, name, payload)
+
+
+def cancel(run_id: str, *, reason: str, by: str = "api") -> RunRecord:
+    return client().cancel(run_id, reason=reason, by=by)
+
+
+def retry(run_id: str, *, by: str = "api") -> RunRecord:
+    return client().retry(run_id, by=by)
+
+
+__all__ = ["AgentWorker", "approve", "cancel", "client", "configure",
+           "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]

@@ -1,0 +1,84 @@
+"""Budget limits (on the run, so a human can raise them) and the usage ledger
+(in the checkpoint, so it advances exactly once per committed lap).
+
+A lap's usage is journaled with its model output before any tool runs; a replayed
+lap reuses that output and charges nothing new, so a crash never refunds the
+budget and never double-charges it. The one gap: a worker killed after the
+provider answered and before the journal commit loses that call's usage, so a run
+killed repeatedly can overspend by at most one lap's worth.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Literal
+
+from agent_worker.errors import BudgetExceededError
+from agent_worker.messages import Frozen, Usage
+
+
+class Budget(Frozen):
+    """Limits of one run; ``None`` means unlimited."""
+
+    max_laps: int | None = 200
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_cost: Decimal | None = None
+    max_wall_seconds: float | None = None
+    on_exceed: Literal["fail", "pause"] = "fail"
+
+
+class BudgetLedger(Frozen):
+    """What a run has spent so far; only ever grows."""
+
+    laps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    started_at: datetime
+    deadline: datetime | None = None
+
+    @classmethod
+    def start(cls, budget: Budget, now: datetime) -> BudgetLedger:
+        """A fresh ledger whose deadline follows from the wall-clock limit."""
+        deadline = (
+            now + timedelta(seconds=budget.max_wall_seconds)
+            if budget.max_wall_seconds is not None
+            else None
+        )
+        return cls(started_at=now, deadline=deadline)
+
+    def charge(self, usage: Usage, cost: Decimal) -> BudgetLedger:
+        """The ledger after one more lap that used ``usage`` and cost ``cost``."""
+        return self.model_copy(
+            update={
+                "laps": self.laps + 1,
+                "input_tokens": self.input_tokens + usage.input_tokens,
+                "output_tokens": self.output_tokens + usage.output_tokens,
+                "cost": self.cost + cost,
+            }
+        )
+
+    def check(self, budget: Budget, now: datetime) -> None:
+        """Raise ``BudgetExceededError`` if another model call would break a limit."""
+        reason = self.exceeded(budget, now)
+        if reason is not None:
+            raise BudgetExceededError(reason)
+
+    def exceeded(self, budget: Budget, now: datetime) -> str | None:
+        """Why the next lap may not start, or ``None`` if it may."""
+        checks: list[tuple[bool, str]] = [
+            (budget.max_laps is not None and self.laps >= budget.max_laps,
+             f"lap budget spent: {self.laps} of {budget.max_laps} laps"),
+            (budget.max_input_tokens is not None and self.input_tokens >= budget.max_input_tokens,
+             f"input-token budget spent: {self.input_tokens} of {budget.max_input_tokens}"),
+            (budget.max_output_tokens is not None
+             and self.output_tokens >= budget.max_output_tokens,
+             f"output-token budget spent: {self.output_tokens} of {budget.max_output_tokens}"),
+            (budget.max_cost is not None and self.cost >= budget.max_cost,
+             f"cost budget spent: {self.cost} of {budget.max_cost}"),
+            (self.deadline is not None and now >= self.deadline,
+             f"deadline passed: {self.deadline.isoformat() if self.deadline else ''}"),
+        ]
+        return next((reason for hit, reason in checks if hit), None)

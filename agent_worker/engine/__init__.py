@@ -1,0 +1,1 @@
+"""The lap engine: claim, load, model step, tool steps, commit. Never imports Celery."""

@@ -1,0 +1,232 @@
+"""One tool call of a lap, made replay-safe by the effect ledger (DESIGN.md,
+lap protocol step 4). Reads run directly; everything else writes its intent
+before acting and its outcome after, so a replayed lap decides from the ledger
+what already happened instead of guessing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agent_worker.agent import Agent
+from agent_worker.checkpoint import PendingCall
+from agent_worker.constants import effect_key
+from agent_worker.errors import IdempotencyConflictError, ToolError
+from agent_worker.faults import fault
+from agent_worker.messages import Message
+from agent_worker.runtime import Runtime
+from agent_worker.tools import Tool, ToolContext
+from store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
+
+
+@dataclass(frozen=True)
+class Pause:
+    """The run must stop here until a human, a timer or a signal resumes it."""
+
+    status: str  # waiting | sleeping
+    waiting_for: str | None
+    wake_at: datetime | None
+    call: PendingCall
+    approval: ApprovalRecord | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """The call's result message (and the signal it consumed, if any)."""
+
+    message: Message
+    signal_id: int | None = None
+
+
+def args_hash(tool_name: str, arguments: dict[str, Any]) -> str:
+    """Hash of what is being asked, to refuse a key reused for something else."""
+    canonical = json.dumps([tool_name, arguments], sort_keys=True, separators=(",", ":"),
+                           default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _result(pc: PendingCall, content: Any, *, error: bool = False) -> Done:
+    text = content if isinstance(content, str) else json.dumps(content, default=str)
+    return Done(Message(role="tool", content=text, tool_call_id=pc.call.id,
+                        name=pc.call.name, is_error=error))
+
+
+class CallRunner:
+    """Runs the calls of one lap attempt for one claimed run."""
+
+    def __init__(self, rt: Runtime, agent: Agent, claim: Claim) -> None:
+        self.rt, self.agent, self.claim = rt, agent, claim
+        self.run_id = claim.run.id
+
+    def run(self, pc: PendingCall) -> Done | Pause:
+        tool = self.agent.tool(pc.call.name)
+        if tool is None:
+            names = ", ".join(t.name for t in self.agent.tools) or "none"
+            return _result(pc, f"Unknown tool {pc.call.name!r}. Available tools: {names}.",
+                           error=True)
+        try:
+            args = tool.validate(pc.call.arguments)
+        except ValidationError as e:
+            problems = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'arguments'}: {x['msg']}"
+                                 for x in e.errors())
+            return _result(pc, f"Invalid arguments for {tool.name}: {problems}", error=True)
+        if tool.control == "sleep":
+            return self._sleep(pc, args)
+        if tool.control == "signal":
+            return self._signal(pc, args)
+        if tool.requires_approval:
+            verdict = self._approval(pc, tool)
+            if not isinstance(verdict, bool):
+                return verdict
+        ctx = ToolContext(run_id=self.run_id, lap=pc.lap, call_index=pc.index,
+                          idempotency_key=effect_key(self.run_id, pc.lap, pc.index),
+                          tenant=self.claim.run.tenant)
+        if not tool.journaled:
+            return self._invoke_read(pc, tool, args, ctx)
+        return self._invoke_journaled(pc, tool, args, ctx)
+
+    # --- pauses -------------------------------------------------------------
+
+    def _sleep(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
+        now = self.rt.clock.now()
+        if pc.wake_at is None:
+            seconds, until = getattr(args, "seconds", None), getattr(args, "until", None)
+            if until is not None and until.tzinfo is None:
+                return _result(pc, "`until` needs a timezone (e.g. 2026-12-01T09:00:00Z)",
+                               error=True)
+            wake = until if until is not None else now + timedelta(seconds=seconds or 0)
+            paused = pc.model_copy(update={"wake_at": wake, "paused_at": now})
+            return Pause("sleeping", None, wake, paused)
+        if now < pc.wake_at:
+            return Pause("sleeping", None, pc.wake_at, pc)
+        return _result(pc, f"Slept from {pc.paused_at:%Y-%m-%d %H:%M:%S} UTC; woke at "
+                           f"{now:%Y-%m-%d %H:%M:%S} UTC.")
+
+    def _signal(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
+        name: str = getattr(args, "name")
+        now = self.rt.clock.now()
+        pending = self.rt.store.pending_signals(self.run_id, name)
+        if pending:
+            s = pending[0]
+            done = _result(pc, {"signal": name, "received_at": s.created_at.isoformat(),
+                                "payload": s.payload})
+            return Done(done.message, signal_id=s.id)
+        if pc.paused_at is None:
+            timeout = getattr(args, "timeout_seconds", None)
+            wake = now + timedelta(seconds=timeout) if timeout is not None else None
+            pc = pc.model_copy(update={"wake_at": wake, "paused_at": now})
+        elif pc.wake_at is not None and now >= pc.wake_at:
+            return _result(pc, f"No signal {name!r} arrived between "
+                               f"{pc.paused_at:%Y-%m-%d %H:%M:%S} and {now:%Y-%m-%d %H:%M:%S} "
+                               "UTC (timed out).", error=True)
+        return Pause("waiting", f"signal:{name}", pc.wake_at, pc)
+
+    def _approval(self, pc: PendingCall, tool: Tool) -> bool | Done | Pause:
+        key = effect_key(self.run_id, pc.lap, pc.index)
+        found = self.rt.store.approval_for(key)
+        if found is None:
+            now = self.rt.clock.now()
+            approval = ApprovalRecord(
+                id=uuid.uuid4().hex, run_id=self.run_id, effect_key=key, tool_name=tool.name,
+                arguments=dict(pc.call.arguments), reason=f"{tool.kind} tool {tool.name}",
+                owner=self.agent.approval_owner, status="pending",
+                on_timeout=self.agent.on_approval_timeout, escalate_to=self.agent.escalate_to,
+                requested_at=now, timeout_at=now + self.agent.approval_timeout,
+                decided_by=None, comment=None, decided_at=None)
+            paused = pc.model_copy(update={"paused_at": now})
+            return Pause("waiting", f"approval:{approval.id}", None, paused, approval)
+        if found.status == "pending":
+            return Pause("waiting", f"approval:{found.id}", None, pc)
+        if found.status == "approved":
+            return True
+        when = f"{found.decided_at:%Y-%m-%d %H:%M:%S} UTC" if found.decided_at else "unknown"
+        why = f": {found.comment}" if found.comment else ""
+        return _result(pc, f"Not done: the call to {tool.name} was {found.status} by "
+                           f"{found.decided_by} at {when}{why}.", error=True)
+
+    # --- execution ------------------------------------------------------------
+
+    def _invoke_read(self, pc: PendingCall, tool: Tool, args: BaseModel,
+                     ctx: ToolContext) -> Done:
+        try:
+            return self._sized(pc, tool.invoke(args, ctx))
+        except ToolError as e:
+            return _result(pc, str(e), error=True)
+
+    def _sized(self, pc: PendingCall, value: Any) -> Done:
+        done = _result(pc, value)
+        limit = self.rt.settings.max_tool_result_bytes
+        if len(done.message.content) > limit:
+            return _result(pc, f"Tool result too large ({len(done.message.content)} bytes; "
+                               f"limit {limit}). Ask for less.", error=True)
+        return done
+
+    def _invoke_journaled(self, pc: PendingCall, tool: Tool, args: BaseModel,
+                          ctx: ToolContext) -> Done | Pause:
+        arguments = args.model_dump(mode="json")
+        digest = args_hash(tool.name, arguments)
+        key = ctx.idempotency_key
+        row = self.claim.effects.get(key)
+        if row is None:
+            row, created = self.rt.store.begin_effect(
+                EffectIntent(key=key, run_id=self.run_id, lap=pc.lap, call_index=pc.index,
+                             tool_name=tool.name, tool_version=tool.version, kind=tool.kind,
+                             args_hash=digest, args=arguments),
+                owner=self.claim.owner, now=self.rt.clock.now())
+            if created:
+                fault("after_intent", scope=tool.name)
+                return self._call(pc, tool, args, ctx)
+        if row.args_hash != digest:
+            raise IdempotencyConflictError(
+                f"effect {key}: replay asks {tool.name} with different arguments than the "
+                "first attempt; refusing")
+        return self._replay(pc, tool, args, ctx, row)
+
+    def _replay(self, pc: PendingCall, tool: Tool, args: BaseModel, ctx: ToolContext,
+                row: EffectRecord) -> Done | Pause:
+        if row.status in ("applied", "compensated"):
+            return self._sized(pc, row.result)
+        if row.status == "failed":
+            return _result(pc, row.error or "failed", error=True)
+        if row.status == "pending" and tool.lookup_fn is not None:
+            found = tool.lookup_fn(row.key)
+            if found is not None:
+                self._finish(row.key, "applied", found)
+                return self._sized(pc, found)
+            return self._call(pc, tool, args, ctx)
+        if row.status == "pending" and tool.kind == "idempotent":
+            return self._call(pc, tool, args, ctx)
+        if row.status == "pending":
+            self._finish(row.key, "unknown", None,
+                         error="worker died mid-call; the tool has no lookup and is not "
+                               "idempotent, so whether it landed is unknown")
+        return Pause("waiting", f"effect:{row.key}", None, pc)
+
+    def _call(self, pc: PendingCall, tool: Tool, args: BaseModel, ctx: ToolContext) -> Done:
+        try:
+            value = tool.invoke(args, ctx)
+        except ToolError as e:
+            self._finish(ctx.idempotency_key, "failed", None, error=str(e))
+            return _result(pc, str(e), error=True)
+        fault("after_apply", scope=tool.name)
+        self._finish(ctx.idempotency_key, "applied", value)
+        fault("after_outcome", scope=tool.name)
+        return self._sized(pc, value)
+
+    def _finish(self, key: str, status: str, result: Any, error: str | None = None) -> None:
+        self.rt.store.finish_effect(key, status=status, result=_jsonable(result), error=error,
+                                    now=self.rt.clock.now())
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+__all__ = ["CallRunner", "Done", "Pause", "args_hash"]

@@ -1,0 +1,333 @@
+"""One lap of one run (DESIGN.md, "The lap protocol"). Shared by the Celery
+task and the in-process runner; idempotent under redelivery.
+
+    claim ─ load ─ model step (journaled) ─ tool steps (ledger) ─ fenced commit ─ send next
+
+Anything that stops a lap early goes through ``_release``: a retry with
+backoff, a pause, or a failure that will run compensations. Nothing here
+commits twice or enqueues before its commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Literal
+
+from agent_worker.agent import Agent
+from agent_worker.budget import Budget
+from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
+from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
+from agent_worker.engine.calls import CallRunner, Pause
+from agent_worker.engine.heartbeat import Heartbeat
+from agent_worker.engine.saga import compensate
+from agent_worker.engine.window import build_request
+from agent_worker.errors import (
+    AgentWorkerError,
+    BudgetExceededError,
+    CheckpointVersionError,
+    LapFailedError,
+    LeaseLost,
+    PayloadTooLargeError,
+    RunCancelled,
+)
+from agent_worker.faults import fault
+from agent_worker.messages import Message, Usage
+from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
+from agent_worker.runtime import Runtime
+from store.base import Claim, DueLap, LapCommit, RunUpdate
+
+log = logging.getLogger("agent_worker.lap")
+Outcome = Literal["skipped", "committed", "paused", "retrying", "failed", "lost", "finished",
+                  "unserved"]
+_HOST = socket.gethostname()
+
+
+def new_owner() -> str:
+    """A lease owner unique to this lap attempt."""
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
+    """Run lap ``lap`` of ``run_id`` if this delivery may; see module docstring."""
+    owner = new_owner()
+    claim = rt.store.claim(run_id, lap, owner=owner, now=rt.clock.now(),
+                           lease_seconds=rt.settings.lease_ttl_seconds,
+                           window_messages=_window_size(rt))
+    if claim is None:
+        return "skipped"
+    fault("after_claim")
+    run = claim.run
+    agent = rt.registry.resolve(run.agent_name, run.agent_version)
+    if agent is None:
+        # Not ours to run: leave it queued for a worker that serves this version.
+        _release(rt, claim, RunUpdate(status="queued", enqueue=True),
+                 {"kind": "unserved", "worker_serves": rt.registry.served_versions()},
+                 reset_attempts=True)
+        return "unserved"
+    with Heartbeat(rt, run_id, lap, owner) as hb:
+        try:
+            if run.ending is not None or run.cancel_requested_at is not None:
+                return _finish_ending(rt, agent, claim)
+            if run.lap_attempts > rt.settings.max_lap_attempts:
+                raise LapFailedError(
+                    f"lap {lap} was attempted {run.lap_attempts - 1} times without committing "
+                    "(its worker died or it kept failing)")
+            return _Lap(rt, agent, claim, hb).run()
+        except LeaseLost:
+            log.info("run %s lap %s: lease lost; another worker owns it", run_id, lap)
+            return "lost"
+        except RunCancelled:
+            _release(rt, claim, RunUpdate(status="queued", enqueue=True),
+                     {"kind": "cancel_seen"}, fence_cancel=False)
+            return "retrying"
+        except Exception as e:
+            return _handle_error(rt, claim, e)
+
+
+def _window_size(rt: Runtime) -> int:
+    return max((a.window_messages for a in rt.registry.all()), default=40)
+
+
+def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any], *,
+             reset_attempts: bool = False, fence_cancel: bool = True) -> bool:
+    ok = rt.store.release(claim.run.id, claim.lap, owner=claim.owner, now=rt.clock.now(),
+                          outcome=update, event=event, reset_attempts=reset_attempts,
+                          fence_cancel=fence_cancel)
+    if ok and update.enqueue and update.status == "queued" and update.wake_at is None:
+        rt.send_all([_due(claim, claim.lap)])
+    return ok
+
+
+def _due(claim: Claim, lap: int) -> DueLap:
+    return DueLap(claim.run.id, lap, claim.run.agent_name, claim.run.agent_version)
+
+
+def _handle_error(rt: Runtime, claim: Claim, e: Exception) -> Outcome:
+    detail = "".join(traceback.format_exception(e))
+    code = e.code if isinstance(e, AgentWorkerError) else "lap_error"
+    retriable = not isinstance(e, AgentWorkerError) or e.retriable
+    if isinstance(e, CheckpointVersionError):
+        _release(rt, claim, RunUpdate(status="waiting", waiting_for="attention", error_code=code,
+                                      error_message=str(e), error_detail=detail),
+                 {"kind": "needs_attention", "error": str(e)})
+        return "paused"
+    if retriable and claim.run.lap_attempts < rt.settings.max_lap_attempts:
+        s = rt.settings
+        delay = min(s.retry_backoff_seconds * 2 ** (claim.run.lap_attempts - 1),
+                    s.retry_backoff_max_seconds)
+        delay *= 1 + random.random() / 4
+        log.warning("run %s lap %s attempt %s failed (%s); retrying in %.1fs", claim.run.id,
+                    claim.lap, claim.run.lap_attempts, e, delay)
+        _release(rt, claim, RunUpdate(
+            status="queued", wake_at=rt.clock.now() + timedelta(seconds=delay),
+            error_code=code, error_message=str(e), error_detail=detail),
+            {"kind": "retry", "attempt": claim.run.lap_attempts, "error": str(e)[:500]})
+        return "retrying"
+    log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap, e)
+    _release(rt, claim, RunUpdate(status="queued", ending="failed", enqueue=True,
+                                  error_code=code, error_message=str(e), error_detail=detail),
+             {"kind": "failing", "error": str(e)[:500], "code": code}, reset_attempts=True)
+    return "failed"
+
+
+def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
+    """Undo what must be undone, then end the run as failed or cancelled."""
+    run = claim.run
+    ending = "cancelled" if run.cancel_requested_at is not None else (run.ending or "failed")
+    if run.lap_attempts > rt.settings.max_lap_attempts:
+        _release(rt, claim, RunUpdate(
+            status="failed", error_code="compensation_failed",
+            error_message=f"compensation kept failing; last error: {run.error_message}",
+            error_detail=run.error_detail), {"kind": "finished", "status": "failed"},
+            fence_cancel=False)
+        return "finished"
+    undone = compensate(rt, agent, run.id, run.tenant, claim.owner)
+    _release(rt, claim, RunUpdate(status=ending, ending=ending, error_code=run.error_code,
+                                  error_message=run.error_message or run.cancel_reason,
+                                  error_detail=run.error_detail),
+             {"kind": "finished", "status": ending, "compensations": undone},
+             fence_cancel=False)
+    return "finished"
+
+
+@dataclass
+class _Lap:
+    rt: Runtime
+    agent: Agent
+    claim: Claim
+    hb: Heartbeat
+    started: float = field(default_factory=time.perf_counter)
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+    def _mark(self, step: str, **data: Any) -> None:
+        self.trace.append({"step": step, "ms": round((time.perf_counter() - self.started) * 1e3,
+                                                     2), **data})
+
+    def run(self) -> Outcome:
+        claim, agent = self.claim, self.agent
+        ckpt = load_checkpoint(claim.checkpoint)
+        if ckpt.agent_version != agent.version:
+            ckpt = self._migrate(ckpt)
+        usage: Usage | None = None
+        cost = Decimal(0)
+        assistant: Message | None = None
+        seq = ckpt.message_count
+        if ckpt.pending_calls:
+            calls = list(ckpt.pending_calls)
+        else:
+            limits = Budget.model_validate(claim.run.limits)
+            reason = ckpt.budget.exceeded(limits, self.rt.clock.now())
+            if reason is not None:
+                return self._over_budget(reason, limits)
+            assistant = self._model_step(ckpt)
+            seq += 1
+            usage = Usage.model_validate((assistant.meta or {}).get("usage", {}))
+            cost = _cost(agent, (assistant.meta or {}).get("model", ""), usage)
+            calls = [PendingCall(call=c, lap=claim.lap, index=i)
+                     for i, c in enumerate(assistant.tool_calls)]
+        runner = CallRunner(self.rt, agent, claim)
+        results: list[Message] = []
+        signals: list[int] = []
+        pause: Pause | None = None
+        remaining: list[PendingCall] = []
+        for i, pc in enumerate(calls):
+            self.hb.check()
+            outcome = runner.run(pc)
+            if isinstance(outcome, Pause):
+                pause, remaining = outcome, [outcome.call, *calls[i + 1:]]
+                break
+            results.append(outcome.message)
+            if outcome.signal_id is not None:
+                signals.append(outcome.signal_id)
+            self._mark("tool", name=pc.call.name, error=outcome.message.is_error)
+        if pause is not None and pause.waiting_for and pause.waiting_for.startswith("effect:"):
+            return self._hold_for_effect(pause)
+        ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
+        new_messages = [(seq + i, m) for i, m in enumerate(results)]
+        next_ckpt = ckpt.model_copy(update={
+            "lap": claim.lap, "budget": ledger, "pending_calls": tuple(remaining),
+            "message_count": seq + len(results), "agent_version": agent.version,
+            "schema_version": CHECKPOINT_SCHEMA_VERSION})
+        update = self._next_status(assistant, calls, pause)
+        self._mark("commit")
+        committed = self.rt.store.commit_lap(LapCommit(
+            run_id=claim.run.id, lap=claim.lap, owner=claim.owner, messages=new_messages,
+            checkpoint=dump_checkpoint(next_ckpt), schema_version=CHECKPOINT_SCHEMA_VERSION,
+            update=update,
+            usage=(ledger.laps, ledger.input_tokens, ledger.output_tokens,
+                   int(ledger.cost * 1_000_000)),
+            event={"trace": self.trace, "tools": len(results),
+                   "paused": pause.status if pause else None,
+                   "attempt": claim.run.lap_attempts},
+            new_approvals=[pause.approval] if pause and pause.approval else (),
+            delivered_signals=signals, now=self.rt.clock.now()))
+        if not committed:
+            return self._fence_failed()
+        fault("after_commit")
+        if update.enqueue:
+            self.rt.send_all([_due(claim, claim.lap + 1)])
+        if update.status in ("succeeded", "failed"):
+            return "finished"
+        return "paused" if pause else "committed"
+
+    def _model_step(self, ckpt: Checkpoint) -> Message:
+        """Journaled model output: reused on replay, so tool calls and their keys
+        are the same on every attempt of this lap."""
+        claim = self.claim
+        for stored in claim.lap_messages:
+            if stored.seq == ckpt.message_count and stored.message.role == "assistant":
+                self._mark("model", replayed=True)
+                return stored.message
+        key = model_key(claim.run.id, claim.lap)
+        request = build_request(self.agent, claim.run.id, claim.lap, ckpt, claim.window, key)
+        response = self.agent.client().complete(request)
+        size = len(response.model_dump_json())
+        if size > self.rt.settings.max_model_output_bytes:
+            raise PayloadTooLargeError(
+                f"model output of {size} bytes exceeds the limit of "
+                f"{self.rt.settings.max_model_output_bytes}")
+        if response.message.role != "assistant":
+            raise PayloadTooLargeError("model returned a non-assistant message")
+        message = response.message.model_copy(update={"meta": {
+            "usage": response.usage.model_dump(), "model": response.model,
+            "stop_reason": response.stop_reason, "key": key}})
+        journaled = self.rt.store.journal_model_output(
+            claim.run.id, claim.lap, owner=claim.owner, seq=ckpt.message_count,
+            message=message, now=self.rt.clock.now())
+        self._mark("model", replayed=False, tool_calls=len(journaled.tool_calls))
+        fault("after_model_journal")
+        return journaled
+
+    def _next_status(self, assistant: Message | None, calls: list[PendingCall],
+                     pause: Pause | None) -> RunUpdate:
+        if pause is not None:
+            return RunUpdate(status=pause.status, wake_at=pause.wake_at,
+                             waiting_for=pause.waiting_for)
+        if assistant is not None and not calls:
+            return RunUpdate(status="succeeded", result=_final_result(assistant.content))
+        return RunUpdate(status="queued", enqueue=True)
+
+    def _hold_for_effect(self, pause: Pause) -> Outcome:
+        """Stop without committing: a human must say whether the effect landed."""
+        _release(self.rt, self.claim, RunUpdate(
+            status="waiting", waiting_for=pause.waiting_for, error_code="effect_unknown",
+            error_message=f"{pause.waiting_for}: outcome unknown; resolve it with "
+                          "`agent-worker effects resolve`"),
+            {"kind": "effect_unknown", "key": (pause.waiting_for or "")[7:]},
+            reset_attempts=True)
+        return "paused"
+
+    def _over_budget(self, reason: str, limits: Budget) -> Outcome:
+        if limits.on_exceed == "pause":
+            _release(self.rt, self.claim, RunUpdate(
+                status="waiting", waiting_for="budget", error_code="budget_exceeded",
+                error_message=reason), {"kind": "budget_pause", "reason": reason},
+                reset_attempts=True)
+            return "paused"
+        raise BudgetExceededError(reason)
+
+    def _fence_failed(self) -> Outcome:
+        """The commit found someone else's lease (or a cancel). If the lap was in
+        fact committed (e.g. our COMMIT landed but its reply was lost and the
+        retry hit the fence), make sure the next lap is sent: duplicates are
+        harmless, a missing send would wait for the sweeper."""
+        run = self.rt.store.get_run(self.claim.run.id)
+        if run is None:
+            return "lost"
+        if run.next_lap > self.claim.lap and run.status == "queued":
+            self.rt.send_all([_due(self.claim, run.next_lap)])
+        elif run.cancel_requested_at is not None and run.lease_owner == self.claim.owner:
+            raise RunCancelled(f"run {run.id} was cancelled during lap {self.claim.lap}")
+        return "lost"
+
+    def _migrate(self, ckpt: Checkpoint) -> Checkpoint:
+        if self.agent.migrate is None:
+            return ckpt
+        return self.agent.migrate(ckpt, ckpt.agent_version)
+
+
+def _final_result(text: str) -> Any:
+    """The final answer: parsed if the model answered in JSON, else the text."""
+    try:
+        value: Any = json.loads(text)
+    except (TypeError, ValueError):
+        return text
+    return value
+
+
+def _cost(agent: Agent, model: str, usage: Usage) -> Decimal:
+    table = PriceTable.from_json(agent.prices) if agent.prices else DEFAULT_PRICES
+    return table.cost(model, usage)
+
+
+__all__ = ["run_lap"]

@@ -1,0 +1,48 @@
+"""Compensation: when a run fails or is cancelled, undo its applied
+compensatable effects in reverse order. Each undo is itself a ledger entry
+(key ``<original>:undo``), so a worker killed mid-compensation resumes where
+it stopped and never undoes anything twice (undo functions receive that key
+and must pass it on, like any idempotent call)."""
+
+from __future__ import annotations
+
+from agent_worker.agent import Agent
+from agent_worker.constants import compensation_key
+from agent_worker.errors import CompensationError
+from agent_worker.faults import fault
+from agent_worker.runtime import Runtime
+from agent_worker.tools import ToolContext
+from store.base import EffectIntent, EffectRecord
+
+
+def compensate(rt: Runtime, agent: Agent, run_id: str, tenant: str | None,
+               owner: str) -> int:
+    """Run every outstanding compensation of ``run_id``; returns how many ran."""
+    effects = rt.store.list_effects(run_id)
+    todo: list[EffectRecord] = sorted(
+        (e for e in effects
+         if e.kind == "compensatable" and e.compensates is None
+         and e.status == "applied"),
+        key=lambda e: (e.lap, e.call_index), reverse=True)
+    for effect in todo:
+        tool = agent.tool(effect.tool_name)
+        if tool is None or tool.compensate_fn is None:
+            raise CompensationError(
+                f"effect {effect.key}: tool {effect.tool_name} has no compensation here")
+        key = compensation_key(effect.key)
+        undo, _ = rt.store.begin_effect(
+            EffectIntent(key=key, run_id=run_id, lap=effect.lap, call_index=effect.call_index,
+                         tool_name=f"{tool.name}:undo", tool_version=tool.version,
+                         kind="idempotent", args_hash=effect.args_hash, args=effect.args,
+                         compensates=effect.key),
+            owner=owner, now=rt.clock.now(), fence_cancel=False)
+        if undo.status != "applied":
+            fault("in_compensation", scope=tool.name)
+            ctx = ToolContext(run_id=run_id, lap=effect.lap, call_index=effect.call_index,
+                              idempotency_key=key, tenant=tenant)
+            result = tool.compensate_fn(effect.args, effect.result, ctx)
+            now = rt.clock.now()
+            rt.store.finish_effect(key, status="applied", result=result, error=None, now=now)
+        rt.store.finish_effect(effect.key, status="compensated", result=None, error=None,
+                               now=rt.clock.now())
+    return len(todo)

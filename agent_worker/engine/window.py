@@ -1,0 +1,47 @@
+"""What the model sees: built from durable records only, so a resumed run sees
+the same window as the run that crashed. Loading reads only the recent
+messages (the store's claim query starts at the window), never the history."""
+
+from __future__ import annotations
+
+import json
+
+from agent_worker.agent import Agent
+from agent_worker.checkpoint import Checkpoint
+from agent_worker.messages import Message, ModelRequest
+from store.base import StoredMessage
+
+
+def _tokens(message: Message) -> int:
+    """A provider-neutral estimate (~4 bytes a token) good enough to bound a window."""
+    return len(message.content) // 4 + sum(len(json.dumps(c.arguments)) // 4 + 8
+                                           for c in message.tool_calls) + 4
+
+
+def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
+                  window: list[StoredMessage], key: str) -> ModelRequest:
+    """The model's input for ``lap``: instructions, pinned facts and plan, the
+    latest compaction summary if any, then recent messages within the agent's
+    message and token limits."""
+    messages = [m.message for m in window]
+    budget = agent.window_tokens
+    kept: list[Message] = []
+    used = 0
+    for m in reversed(messages):
+        used += _tokens(m)
+        if used > budget and kept:
+            break
+        kept.append(m)
+    kept.reverse()
+    # A window must not open on tool results whose call it no longer shows.
+    while kept and kept[0].role == "tool":
+        kept.pop(0)
+    instructions = agent.instructions
+    if checkpoint.facts:
+        instructions += "\n\nPinned facts:\n" + json.dumps(checkpoint.facts, sort_keys=True)
+    if checkpoint.plan:
+        instructions += "\n\nPlan:\n" + "\n".join(
+            f"[{'x' if p.done else ' '}] {p.title}" for p in checkpoint.plan)
+    return ModelRequest(run_id=run_id, lap=lap, instructions=instructions,
+                        messages=tuple(kept), tools=tuple(t.spec for t in agent.tools),
+                        idempotency_key=key)

@@ -1,0 +1,180 @@
+"""One exception tree for everything agent-worker raises.
+
+Each class carries a stable ``code`` that is stored on the run row when the error
+ends a run, so operators and scripts can match on it without parsing messages.
+Control-flow signals that tool code must not swallow (lease lost, run cancelled)
+derive from ``BaseException`` and are caught only at the lap task's edge.
+"""
+
+from __future__ import annotations
+
+
+class AgentWorkerError(Exception):
+    """Root of every error agent-worker raises on purpose."""
+
+    code = "agent_worker_error"
+    retriable = False
+
+
+# --- input: the caller or the model handed us something we refuse -------------
+
+
+class InvalidInputError(AgentWorkerError):
+    """Raised when application input is malformed; nothing has been written."""
+
+    code = "invalid_input"
+
+
+class UnknownAgentError(InvalidInputError):
+    """Raised when no registered agent has the requested name (and version)."""
+
+    code = "unknown_agent"
+
+
+class UnknownRunError(InvalidInputError):
+    """Raised when a run id does not exist."""
+
+    code = "unknown_run"
+
+
+class PayloadTooLargeError(InvalidInputError):
+    """Raised when an input, model output or tool result exceeds its byte limit."""
+
+    code = "payload_too_large"
+
+
+class InvalidStateError(AgentWorkerError):
+    """Raised when an operation does not fit the run's current status."""
+
+    code = "invalid_state"
+
+
+class AlreadyDecidedError(InvalidStateError):
+    """Raised when an approval was already decided (or timed out)."""
+
+    code = "already_decided"
+
+
+# --- model ---------------------------------------------------------------------
+
+
+class ModelError(AgentWorkerError):
+    """Raised by a model client; ``retriable`` says whether the lap may try again."""
+
+    code = "model_error"
+
+
+class TransientModelError(ModelError):
+    """Raised when the provider failed in a way worth retrying (429, 5xx, reset)."""
+
+    code = "model_transient"
+    retriable = True
+
+
+class MalformedModelOutputError(ModelError):
+    """Raised when the model's response cannot be understood; retrying won't help."""
+
+    code = "malformed_model_output"
+
+
+class ContextLengthError(ModelError):
+    """Raised when the request exceeds the model's context window."""
+
+    code = "context_length"
+
+
+class ModelRefusalError(ModelError):
+    """Raised when the provider refused to answer."""
+
+    code = "model_refusal"
+
+
+# --- store ---------------------------------------------------------------------
+
+
+class StoreError(AgentWorkerError):
+    """Raised for persistence problems."""
+
+    code = "store_error"
+
+
+class RetriableStoreError(StoreError):
+    """Raised when the database was briefly unavailable or a transaction conflicted."""
+
+    code = "store_unavailable"
+    retriable = True
+
+
+class CheckpointVersionError(StoreError):
+    """Raised when a checkpoint's schema version is unknown or newer than this code."""
+
+    code = "checkpoint_version"
+
+
+class IdempotencyConflictError(StoreError):
+    """Raised when one idempotency key is reused with different arguments."""
+
+    code = "idempotency_conflict"
+
+
+# --- effects -------------------------------------------------------------------
+
+
+class EffectError(AgentWorkerError):
+    """Raised for side-effect ledger problems."""
+
+    code = "effect_error"
+
+
+class EffectUnknownError(EffectError):
+    """Raised when a non-idempotent call may or may not have landed; a human decides."""
+
+    code = "effect_unknown"
+
+
+class CompensationError(EffectError):
+    """Raised when a saga compensation keeps failing."""
+
+    code = "compensation_failed"
+
+
+class ToolError(AgentWorkerError):
+    """Raised by tool code to report a failure the model should see and handle."""
+
+    code = "tool_error"
+
+
+# --- budget --------------------------------------------------------------------
+
+
+class BudgetExceededError(AgentWorkerError):
+    """Raised when a run would exceed its laps, tokens, cost or deadline."""
+
+    code = "budget_exceeded"
+
+
+class LapFailedError(AgentWorkerError):
+    """Raised when a lap keeps failing past the retry limit (dead-letter)."""
+
+    code = "lap_failed"
+
+
+class AgentVersionError(AgentWorkerError):
+    """Raised when no served version of the agent can resume the run."""
+
+    code = "agent_version"
+
+
+# --- control flow: never swallowed by tool code --------------------------------
+
+
+class LapInterrupted(BaseException):
+    """Base of signals that stop a lap mid-way; caught at the lap task's edge."""
+
+
+class LeaseLost(LapInterrupted):
+    """Raised when another worker owns the run now; this lap must not commit."""
+
+
+class RunCancelled(LapInterrupted):
+    """Raised when the run was cancelled while this lap was in flight."""

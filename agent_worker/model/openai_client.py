@@ -1,0 +1,177 @@
+"""OpenAI-compatible chat completions with tool calling, through the official SDK.
+
+Why chat completions: it is the one wire format that OpenAI and the self-hosted servers
+users bring (vLLM, Ollama, LiteLLM) all speak, so one client with a configurable
+``base_url`` covers them. Tool arguments travel as JSON text on this API; text that is
+not a JSON object is the model's fault and ends the lap as malformed output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openai
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
+
+from agent_worker.errors import InvalidInputError, MalformedModelOutputError, ModelRefusalError
+from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from agent_worker.model.failures import ProviderFailures
+from agent_worker.model.sdk_common import (
+    ResponseHook,
+    SdkModel,
+    idempotency_headers,
+    tool_arguments,
+)
+
+_TOOL_ERROR_PREFIX = "ERROR: "
+
+
+class OpenAIChatModel(SdkModel[openai.OpenAI]):
+    """A model behind ``POST {base_url}/chat/completions``.
+
+    ``base_url`` defaults to OpenAI's; point it at ``http://host:port/v1`` for vLLM,
+    Ollama or LiteLLM. The key comes from ``$<api_key_env>`` or ``api_key_file``.
+    """
+
+    provider = "openai"
+    failures = ProviderFailures(
+        provider="openai",
+        api_error=openai.APIError,
+        status_error=openai.APIStatusError,
+        connection_error=openai.APIConnectionError,
+    )
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        api_key_file: str | Path | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        max_output_tokens: int | None = None,
+        max_retry_after: float = 60.0,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            api_key_file=api_key_file,
+            timeout=timeout,
+            max_retries=max_retries,
+            max_output_tokens=max_output_tokens,
+            max_retry_after=max_retry_after,
+        )
+
+    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> openai.OpenAI:
+        return openai.OpenAI(
+            api_key=api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=openai.DefaultHttpxClient(event_hooks={"response": response_hooks}),
+        )
+
+    def _complete(self, sdk: openai.OpenAI, request: ModelRequest) -> ModelResponse:
+        limit = self._output_limit(request)
+        completion = sdk.chat.completions.create(
+            model=self.model,
+            messages=to_openai_messages(request),
+            tools=to_openai_tools(request) or openai.omit,
+            max_completion_tokens=limit if limit is not None else openai.omit,
+            extra_headers=idempotency_headers(request),
+        )
+        return from_openai_completion(completion)
+
+
+def to_openai_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
+    """Instructions as the system message, then the conversation in OpenAI's shape."""
+    out: list[ChatCompletionMessageParam] = []
+    if request.instructions:
+        out.append({"role": "system", "content": request.instructions})
+    for message in request.messages:
+        out.append(_to_openai_message(message))
+    return out
+
+
+def _to_openai_message(message: Message) -> ChatCompletionMessageParam:
+    if message.role == "system":
+        return {"role": "system", "content": message.content}
+    if message.role == "user":
+        return {"role": "user", "content": message.content}
+    if message.role == "tool":
+        if message.tool_call_id is None:
+            raise InvalidInputError("a tool message needs the tool_call_id it answers")
+        # Chat completions has no error flag on tool results: say it in the text.
+        prefix = _TOOL_ERROR_PREFIX if message.is_error else ""
+        return {
+            "role": "tool",
+            "tool_call_id": message.tool_call_id,
+            "content": prefix + message.content,
+        }
+    if not message.tool_calls:
+        return {"role": "assistant", "content": message.content}
+    return {
+        "role": "assistant",
+        "content": message.content or None,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in message.tool_calls
+        ],
+    }
+
+
+def to_openai_tools(request: ModelRequest) -> list[ChatCompletionToolUnionParam]:
+    """Each ToolSpec as a ``function`` tool."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            },
+        }
+        for spec in request.tools
+    ]
+
+
+def from_openai_completion(completion: ChatCompletion) -> ModelResponse:
+    """The first choice as an assistant turn; refusals raise ``ModelRefusalError``."""
+    if not completion.choices:
+        raise MalformedModelOutputError("openai: the response has no choices")
+    choice = completion.choices[0]
+    answer = choice.message
+    if answer.refusal or choice.finish_reason == "content_filter":
+        raise ModelRefusalError(
+            f"openai refused (finish_reason={choice.finish_reason}): {answer.refusal or ''}"
+        )
+    calls: list[ToolCall] = []
+    for call in answer.tool_calls or ():
+        if not isinstance(call, ChatCompletionMessageFunctionToolCall):
+            raise MalformedModelOutputError(f"openai: unexpected {call.type} tool call")
+        arguments = tool_arguments(
+            call.function.arguments, provider="openai", tool=call.function.name
+        )
+        calls.append(ToolCall(id=call.id, name=call.function.name, arguments=arguments))
+    usage = completion.usage
+    return ModelResponse(
+        message=Message(role="assistant", content=answer.content or "", tool_calls=tuple(calls)),
+        usage=Usage(
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+        ),
+        model=completion.model,
+        stop_reason=choice.finish_reason,
+    )

@@ -1,0 +1,187 @@
+"""What every SDK-backed model client shares: key handling, lazy SDK, failures, parsing.
+
+Why a base class: the two provider clients differ only in the wire mapping. Reading the
+key, keeping it out of reprs and pickles, building the SDK client on first use, bounding
+retries and translating failures must behave identically, so they live here once.
+
+Keys are read only from the environment or a secrets file, at the first call, and are
+held only by the SDK client object, which is never pickled: a client may be constructed
+from configuration anywhere (even inside a Celery message) without carrying the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+from agent_worker.errors import MalformedModelOutputError, ModelError
+from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.model.failures import ProviderFailures, retry_after_guard, translate_failure
+
+if TYPE_CHECKING:
+    import httpx2
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+SdkT = TypeVar("SdkT", bound=_Closable)
+
+ResponseHook = Callable[["httpx2.Response"], None]
+
+
+class SdkModel(ABC, Generic[SdkT]):
+    """Base of the provider clients; subclasses build their SDK and map one call.
+
+    ``name`` is ``"<provider>:<model>"``. ``max_retries`` bounds the SDK's own retries
+    of one call; ``max_retry_after`` bounds how long one retry may wait on a
+    ``Retry-After`` (longer waits are handed to the engine, see ``failures``).
+    """
+
+    provider: ClassVar[str]
+    failures: ClassVar[ProviderFailures]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key_env: str,
+        api_key_file: str | Path | None,
+        timeout: float,
+        max_retries: int,
+        max_output_tokens: int | None,
+        max_retry_after: float,
+    ) -> None:
+        self.model = model
+        self.name = f"{self.provider}:{model}"
+        self.base_url = base_url
+        self.api_key_env = api_key_env
+        self.api_key_file = Path(api_key_file) if api_key_file is not None else None
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.max_output_tokens = max_output_tokens
+        self.max_retry_after = max_retry_after
+        self._reset_runtime()
+
+    def _reset_runtime(self) -> None:
+        self._lock = threading.Lock()
+        self._sdk: SdkT | None = None
+        self._secret: str | None = None
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        """Return the assistant's next turn; failures are ``ModelError`` subclasses."""
+        sdk = self._client()
+        try:
+            return self._complete(sdk, request)
+        except self.failures.api_error as err:
+            failure = translate_failure(
+                err, self.failures, secret=self._secret, key_source=self._key_source()
+            )
+        raise failure  # outside the handler: no chained SDK exception (see failures)
+
+    @abstractmethod
+    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> SdkT:
+        """Build the SDK client; ``response_hooks`` go on its HTTP client."""
+
+    @abstractmethod
+    def _complete(self, sdk: SdkT, request: ModelRequest) -> ModelResponse:
+        """One call through the SDK, mapped both ways."""
+
+    def _output_limit(self, request: ModelRequest) -> int | None:
+        """The request's own output limit wins over the client's default."""
+        if request.max_output_tokens is not None:
+            return request.max_output_tokens
+        return self.max_output_tokens
+
+    def _client(self) -> SdkT:
+        with self._lock:
+            if self._sdk is None:
+                secret = self._read_key()
+                self._sdk = self._new_sdk(secret, [retry_after_guard(self.max_retry_after)])
+                self._secret = secret
+            return self._sdk
+
+    def _key_source(self) -> str:
+        if self.api_key_file is not None:
+            return f"file {self.api_key_file}"
+        return f"${self.api_key_env}"
+
+    def _read_key(self) -> str:
+        if self.api_key_file is not None:
+            try:
+                key = self.api_key_file.read_text(encoding="utf-8").strip()
+            except OSError as err:
+                raise ModelError(
+                    f"{self.provider}: cannot read the API key {self._key_source()}: {err.strerror}"
+                ) from None
+        else:
+            key = os.environ.get(self.api_key_env, "").strip()
+        if not key:
+            raise ModelError(
+                f"{self.provider}: no API key: {self._key_source()} is empty or unset "
+                "(self-hosted servers that ignore keys accept any non-empty value)"
+            )
+        return key
+
+    def close(self) -> None:
+        """Release the SDK's connection pool; the next call builds a fresh client."""
+        with self._lock:
+            if self._sdk is not None:
+                self._sdk.close()
+            self._sdk = None
+            self._secret = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the configuration only: never the SDK client, the key or the lock."""
+        state = dict(self.__dict__)
+        for runtime in ("_lock", "_sdk", "_secret"):
+            state.pop(runtime)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_runtime()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, "
+            f"key={self._key_source()})"
+        )
+
+
+def idempotency_headers(request: ModelRequest) -> dict[str, str]:
+    """Headers that let a provider deduplicate a retried call (the SDKs resend them)."""
+    return {"Idempotency-Key": request.idempotency_key}
+
+
+def tool_arguments(raw: object, *, provider: str, tool: str) -> dict[str, Any]:
+    """A tool call's arguments as a dict: a JSON object, given as text or already parsed."""
+    value: object = raw
+    if isinstance(raw, str):
+        if not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise MalformedModelOutputError(
+                f"{provider}: arguments of tool call {tool!r} are not JSON: {err}"
+            ) from None
+    if not isinstance(value, dict):
+        raise MalformedModelOutputError(
+            f"{provider}: arguments of tool call {tool!r} are not a JSON object "
+            f"but {type(value).__name__}"
+        )
+    return value

@@ -1,0 +1,32 @@
+"""The things a lap, the sweeper and the public API share in one process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent_worker.agent import Registry, registry
+from agent_worker.clock import Clock, SystemClock
+from agent_worker.settings import Settings, get_settings
+from store.base import DueLap, Store
+
+
+class Dispatcher(Protocol):
+    """Hands a lap to whatever runs laps: Celery, or the in-process queue."""
+
+    def send(self, lap: DueLap) -> None: ...
+
+
+@dataclass
+class Runtime:
+    store: Store
+    dispatcher: Dispatcher
+    settings: Settings = field(default_factory=get_settings)
+    registry: Registry = field(default_factory=lambda: registry)
+    clock: Clock = field(default_factory=SystemClock)
+
+    def send_all(self, laps: list[DueLap]) -> None:
+        """Send laps after their state is committed; a send that fails is left
+        to the sweeper, which re-sends whatever Postgres says is overdue."""
+        for lap in laps:
+            self.dispatcher.send(lap)

@@ -1,0 +1,117 @@
+"""Configuration: one pydantic-settings class, read from ``AGENT_WORKER_*``.
+
+Nothing reads the environment at import time; ``get_settings()`` builds the value
+once per process (tests call ``get_settings.cache_clear()`` after changing it).
+The README's configuration table is generated from the field descriptions.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of agent-worker, with why it exists."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENT_WORKER_", extra="ignore")
+
+    database_url: str = Field(
+        "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker",
+        description="SQLAlchemy URL of the store (Postgres in production; sqlite:///file.db "
+        "for the in-process mode).",
+    )
+    broker_url: str = Field(
+        "redis://127.0.0.1:63799/0",
+        description="Celery broker URL (Redis). Carries lap messages only; Postgres is the truth.",
+    )
+    agent_modules: str = Field(
+        "agent_worker.demo.refund_desk",
+        description="Comma-separated modules imported at start so their agents register.",
+    )
+    lease_ttl_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="How long a claimed lap stays owned without a heartbeat; bounds recovery "
+        "time after a worker dies (with the sweep interval).",
+    )
+    heartbeat_interval_seconds: float = Field(
+        3.0, gt=0, description="How often a running lap renews its lease (< lease TTL / 2)."
+    )
+    sweep_interval_seconds: float = Field(
+        2.0, gt=0, description="How often celery beat runs the sweeper."
+    )
+    queued_overdue_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="A queued run whose lap message is older than this is re-sent (Redis "
+        "may have lost it). Duplicates are harmless: the claim is fenced.",
+    )
+    max_lap_attempts: int = Field(
+        5, ge=1, description="Attempts of one lap before the run fails (dead-letter)."
+    )
+    retry_backoff_seconds: float = Field(
+        1.0, ge=0, description="First retry delay of a failed lap; doubles each attempt."
+    )
+    retry_backoff_max_seconds: float = Field(
+        60.0, ge=0, description="Cap of the retry delay (jitter is added on top, up to 25%)."
+    )
+    lap_soft_time_limit_seconds: float = Field(
+        600.0, gt=0, description="Celery soft time limit of one lap: a hung tool is interrupted."
+    )
+    lap_time_limit_seconds: float = Field(
+        660.0, gt=0, description="Celery hard time limit of one lap (pool child is killed)."
+    )
+    visibility_timeout_seconds: int = Field(
+        7200,
+        gt=0,
+        description="Redis visibility timeout; must exceed the longest lap plus queue wait, "
+        "or healthy laps get redelivered while running.",
+    )
+    soft_shutdown_timeout_seconds: float = Field(
+        20.0,
+        ge=0,
+        description="On SIGTERM (with REMAP_SIGTERM=SIGQUIT) laps get this long to finish "
+        "before they are handed back; keep it below the platform's grace period.",
+    )
+    max_input_bytes: int = Field(
+        256_000, gt=0, description="Largest accepted run input (JSON bytes)."
+    )
+    max_model_output_bytes: int = Field(
+        256_000, gt=0, description="Largest accepted model response (JSON bytes)."
+    )
+    max_tool_result_bytes: int = Field(
+        256_000,
+        gt=0,
+        description="Largest tool result kept; larger ones reach the model as a tool error.",
+    )
+    worker_versions: str = Field(
+        "",
+        description="Comma-separated agent@version pairs this worker serves; empty means every "
+        "registered agent at its registered version.",
+    )
+    metrics_port: int = Field(9100, description="Port of `agent-worker metrics`.")
+    log_json: bool = Field(False, description="Emit structured JSON log lines.")
+    stale_after_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="A running or queued run with no checkpoint for this long counts as stale.",
+    )
+    checkpoint_retention_days: float = Field(
+        7.0, ge=0, description="Intermediate checkpoints of finished runs older than this are "
+        "pruned (the final one is kept)."
+    )
+    ledger_retention_days: float = Field(
+        365.0, ge=0, description="Effects, events and messages of finished runs are kept this long."
+    )
+    prune_batch_size: int = Field(
+        500, gt=0, description="Rows deleted per prune transaction, so pruning never blocks laps."
+    )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read from the environment once."""
+    return Settings()

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Start (or stop) a project-local Postgres and Redis under .data/, for the demo
+# and the test suite. Idempotent: a service already answering is left alone.
+#   deploy/local/services.sh start|stop|status
+# Ports: Postgres 54329, Redis 63799 (the defaults of AGENT_WORKER_DATABASE_URL
+# and AGENT_WORKER_BROKER_URL), so they never clash with a system install.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+data="${AGENT_WORKER_DATA_DIR:-$root/.data}"
+pg_port="${PG_PORT:-54329}"
+redis_port="${REDIS_PORT:-63799}"
+pgbin="$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | tail -1)"
+
+as_pg() {
+  # initdb and postgres refuse to run as root.
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+start_pg() {
+  mkdir -p "$data"
+  if [ ! -s "$data/pg/PG_VERSION" ]; then
+    mkdir -p "$data/pg"
+    [ "$(id -u)" = 0 ] && chown postgres "$data/pg" && chmod 700 "$data/pg"
+    as_pg "$pgbin/initdb" -D "$data/pg" -U postgres --auth=trust -E UTF8 >/dev/null
+  fi
+  if ! as_pg "$pgbin/pg_isready" -h 127.0.0.1 -p "$pg_port" -q; then
+    [ "$(id -u)" = 0 ] && chown -R postgres "$data/pg"
+    as_pg "$pgbin/pg_ctl" -D "$data/pg" -l "$data/pg/server.log" -w -t 60 \
+      -o "-p $pg_port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
+  fi
+  as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -tAc \
+    "SELECT 1 FROM pg_roles WHERE rolname='agent_worker'" | grep -q 1 ||
+    as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -qc \
+      "CREATE ROLE agent_worker LOGIN SUPERUSER"
+  as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -tAc \
+    "SELECT 1 FROM pg_database WHERE datname='agent_worker'" | grep -q 1 ||
+    as_pg "$pgbin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres -O agent_worker agent_worker
+  echo "postgres: postgresql+psycopg://agent_worker@127.0.0.1:$pg_port/agent_worker"
+}
+
+start_redis() {
+  mkdir -p "$data/redis"
+  if ! redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+    redis-server "$root/deploy/redis/redis.conf" --port "$redis_port" --bind 127.0.0.1 \
+      --dir "$data/redis" --daemonize yes --logfile "$data/redis.log" \
+      --pidfile "$data/redis.pid" >/dev/null
+    for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  echo "redis: redis://127.0.0.1:$redis_port/0"
+}
+
+case "${1:-start}" in
+  start) start_pg; start_redis ;;
+  stop)
+    as_pg "$pgbin/pg_ctl" -D "$data/pg" -m fast stop >/dev/null 2>&1 || true
+    redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true ;;
+  status)
+    as_pg "$pgbin/pg_isready" -h 127.0.0.1 -p "$pg_port"; redis-cli -p "$redis_port" ping ;;
+  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,350 @@
+"""The narrow interface the lap engine needs from persistence, and its values.
+
+Every method that writes owns its transaction and retries retriable database
+errors; fenced writes check that the caller still holds the run's lease for
+this lap and report ``False`` (or raise ``LeaseLost``) when it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from agent_worker.messages import Message
+
+RunStatus = Literal["queued", "running", "waiting", "sleeping", "succeeded", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown"]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as application code and operators see it."""
+
+    id: str
+    tenant: str | None
+    agent_name: str
+    agent_version: str
+    status: str
+    next_lap: int
+    lap_attempts: int
+    waiting_for: str | None
+    wake_at: datetime | None
+    input: Any
+    result: Any
+    error_code: str | None
+    error_message: str | None
+    error_detail: str | None
+    limits: dict[str, Any]
+    laps_used: int
+    input_tokens: int
+    output_tokens: int
+    cost_micros: int
+    ending: str | None
+    cancel_requested_at: datetime | None
+    cancel_reason: str | None
+    cancelled_by: str | None
+    parent_run_id: str | None
+    forked_from_lap: int | None
+    retention: str
+    recoveries: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    enqueued_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    last_checkpoint_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def lap(self) -> int:
+        """Number of committed laps (= the latest checkpoint's lap)."""
+        return self.next_lap - 1
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    seq: int
+    lap: int
+    message: Message
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    key: str
+    run_id: str
+    lap: int
+    call_index: int
+    tool_name: str
+    tool_version: str
+    kind: str
+    args_hash: str
+    args: dict[str, Any]
+    status: str
+    result: Any
+    error: str | None
+    attempts: int
+    compensates: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class EffectIntent:
+    """What is about to be done; committed before it is done."""
+
+    key: str
+    run_id: str
+    lap: int
+    call_index: int
+    tool_name: str
+    tool_version: str
+    kind: str
+    args_hash: str
+    args: dict[str, Any]
+    compensates: str | None = None
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    id: str
+    run_id: str
+    effect_key: str
+    tool_name: str
+    arguments: dict[str, Any]
+    reason: str | None
+    owner: str | None
+    status: str
+    on_timeout: str
+    escalate_to: str | None
+    requested_at: datetime
+    timeout_at: datetime | None
+    decided_by: str | None
+    comment: str | None
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SignalRecord:
+    id: int
+    run_id: str
+    name: str
+    payload: Any
+    created_at: datetime
+    delivered_lap: int | None
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    run_id: str
+    lap: int | None
+    kind: str
+    data: dict[str, Any] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a successful claim hands the engine: everything lap ``lap`` needs.
+
+    ``lap_messages`` are messages this lap already wrote on an earlier attempt
+    (its journaled model output); ``window`` ends right before them.
+    """
+
+    run: RunRecord
+    lap: int
+    owner: str
+    checkpoint: dict[str, Any]
+    window: list[StoredMessage]
+    lap_messages: list[StoredMessage]
+    effects: dict[str, EffectRecord]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    id: str
+    tenant: str | None
+    agent_name: str
+    agent_version: str
+    input: Any
+    limits: dict[str, Any]
+    retention: str
+    checkpoint: dict[str, Any]
+    schema_version: int
+    messages: Sequence[Message]
+    now: datetime
+    parent_run_id: str | None = None
+    forked_from_lap: int | None = None
+
+
+@dataclass(frozen=True)
+class RunUpdate:
+    """How a lap commit or release leaves the run row."""
+
+    status: str
+    wake_at: datetime | None = None
+    waiting_for: str | None = None
+    result: Any = None
+    error_code: str | None = None
+    error_message: str | None = None
+    error_detail: str | None = None
+    ending: str | None = None
+    enqueue: bool = False
+
+
+@dataclass(frozen=True)
+class LapCommit:
+    """Everything one lap writes, in one fenced transaction."""
+
+    run_id: str
+    lap: int
+    owner: str
+    messages: Sequence[tuple[int, Message]]
+    checkpoint: dict[str, Any]
+    schema_version: int
+    update: RunUpdate
+    usage: tuple[int, int, int, int]  # laps, input tokens, output tokens, cost micros
+    event: dict[str, Any]
+    new_approvals: Sequence[ApprovalRecord] = ()
+    delivered_signals: Sequence[int] = ()
+    now: datetime = field(default_factory=lambda: datetime.now().astimezone())
+
+
+@dataclass(frozen=True)
+class DueLap:
+    """A lap the sweeper (or a decision) wants sent to the broker."""
+
+    run_id: str
+    lap: int
+    agent_name: str
+    agent_version: str
+
+
+class Store(Protocol):
+    """Persistence as the lap engine, the sweeper and the public API need it."""
+
+    # --- runs -------------------------------------------------------------
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with checkpoint 0 and its first messages.
+
+        Returns the run and whether it was created (False: ``new.id`` existed,
+        which makes ``start_run`` with a caller-chosen id idempotent).
+        """
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        agent_version: str | None = None,
+        tenant: str | None = None,
+        stale_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]: ...
+
+    # --- the lap ------------------------------------------------------------
+    def claim(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
+        window_messages: int,
+    ) -> Claim | None:
+        """Take the lease on ``run_id`` at ``lap`` and load what the lap needs.
+
+        Returns ``None`` when the run is not at that lap, not runnable, not yet
+        due, or leased by a live worker: a stale or duplicate delivery.
+        """
+        ...
+
+    def renew_lease(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float
+    ) -> Literal["ok", "lost", "cancelled"]: ...
+
+    def journal_model_output(
+        self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
+    ) -> Message:
+        """Record the lap's model output at ``seq`` (fenced); if an earlier attempt
+        already did, return that one instead. Raises ``LeaseLost``."""
+        ...
+
+    def begin_effect(self, intent: EffectIntent, *, owner: str, now: datetime,
+                     fence_cancel: bool = True) -> tuple[EffectRecord, bool]:
+        """Commit the pending intent (fenced) or return the existing row;
+        the flag says whether this call created it.
+
+        Raises:
+            IdempotencyConflictError: the key exists with different arguments.
+            LeaseLost: the caller no longer holds the lease.
+        """
+        ...
+
+    def finish_effect(
+        self, key: str, *, status: str, result: Any, error: str | None, now: datetime
+    ) -> None:
+        """Record an effect's outcome. Not fenced: what happened in the world is
+        recorded even if the lease was lost meanwhile."""
+        ...
+
+    def commit_lap(self, commit: LapCommit) -> bool:
+        """Write the lap atomically; ``False`` if the fence failed (nothing written)."""
+        ...
+
+    def release(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, outcome: RunUpdate,
+        event: dict[str, Any], reset_attempts: bool = False, fence_cancel: bool = True,
+    ) -> bool:
+        """End the lap without committing it (retry later, pause, fail)."""
+        ...
+
+    # --- sweeper ------------------------------------------------------------
+    def sweep(self, *, now: datetime, overdue_before: datetime, limit: int = 500) -> list[DueLap]:
+        """Recover expired leases, wake due sleepers, time out approvals and
+        signal waits, and pick queued runs whose message is overdue. Marks the
+        returned laps as sent now; safe when two sweepers run at once."""
+        ...
+
+    def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,
+              batch: int) -> dict[str, int]: ...
+
+    # --- pauses -------------------------------------------------------------
+    def decide_approval(
+        self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
+        comment: str | None, now: datetime,
+    ) -> tuple[ApprovalRecord, DueLap | None]: ...
+
+    def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
+                       limit: int = 100) -> list[ApprovalRecord]: ...
+
+    def send_signal(self, run_id: str, name: str, payload: Any, *,
+                    now: datetime) -> tuple[SignalRecord, DueLap | None]: ...
+
+    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]: ...
+
+    def approval_for(self, effect_key: str) -> ApprovalRecord | None: ...
+
+    def request_cancel(self, run_id: str, *, reason: str, by: str,
+                       now: datetime) -> DueLap | None: ...
+
+    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
+                event: dict[str, Any], limits: dict[str, Any] | None = None) -> DueLap: ...
+
+    def resolve_effect(self, key: str, *, applied: bool, result: Any, by: str,
+                       now: datetime) -> EffectRecord: ...
+
+    # --- history ------------------------------------------------------------
+    def list_checkpoints(self, run_id: str) -> list[tuple[int, int, datetime]]: ...
+    def get_checkpoint(self, run_id: str, lap: int) -> dict[str, Any] | None: ...
+    def list_messages(self, run_id: str, *, start: int = 0, end: int | None = None
+                      ) -> list[StoredMessage]: ...
+    def list_effects(self, run_id: str) -> list[EffectRecord]: ...
+    def list_events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]: ...
+    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
+                     *, now: datetime) -> None: ...

@@ -1,0 +1,200 @@
+"""Tables, as SQLAlchemy 2 typed models. Alembic migrations are the source of the
+deployed schema; these models must match them (a test compares the two).
+
+Timestamps are stored as naive UTC and handed out timezone-aware, so Postgres
+and SQLite compare them the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, String, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out, naive UTC in the column."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use timezone-aware UTC")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), Any: JSON()}
+
+
+class Run(Base):
+    """One row per run: what workers claim and operators list."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(String(200), index=True)
+    agent_name: Mapped[str] = mapped_column(String(200))
+    agent_version: Mapped[str] = mapped_column(String(50))
+    status: Mapped[str] = mapped_column(String(20))
+    next_lap: Mapped[int] = mapped_column(Integer)
+    lap_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None]
+    wake_at: Mapped[datetime | None]
+    enqueued_at: Mapped[datetime | None]
+    waiting_for: Mapped[str | None] = mapped_column(String(300))
+    input: Mapped[Any]
+    result: Mapped[Any | None]
+    error_code: Mapped[str | None] = mapped_column(String(100))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    error_detail: Mapped[str | None] = mapped_column(Text)
+    limits: Mapped[dict[str, Any]]
+    laps_used: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    ending: Mapped[str | None] = mapped_column(String(20))
+    cancel_requested_at: Mapped[datetime | None]
+    cancel_reason: Mapped[str | None] = mapped_column(Text)
+    cancelled_by: Mapped[str | None] = mapped_column(String(200))
+    parent_run_id: Mapped[str | None] = mapped_column(String(200))
+    forked_from_lap: Mapped[int | None] = mapped_column(Integer)
+    retention: Mapped[str] = mapped_column(String(20), default="full")
+    recoveries: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    last_checkpoint_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    __table_args__ = (
+        Index("ix_runs_status_wake", "status", "wake_at"),
+        Index("ix_runs_agent_status", "agent_name", "status"),
+    )
+
+
+class CheckpointRow(Base):
+    """One row per committed lap; lap 0 is written when the run starts."""
+
+    __tablename__ = "checkpoints"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lap: Mapped[int] = mapped_column(Integer, primary_key=True)
+    schema_version: Mapped[int] = mapped_column(Integer)
+    state: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class MessageRow(Base):
+    """Append-only conversation log, numbered per run; a lap writes only its own."""
+
+    __tablename__ = "messages"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lap: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class EffectRow(Base):
+    """Write-ahead ledger of side-effecting calls, unique on the idempotency key."""
+
+    __tablename__ = "effects"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    lap: Mapped[int] = mapped_column(Integer)
+    call_index: Mapped[int] = mapped_column(Integer)
+    tool_name: Mapped[str] = mapped_column(String(200))
+    tool_version: Mapped[str] = mapped_column(String(50))
+    kind: Mapped[str] = mapped_column(String(20))
+    args_hash: Mapped[str] = mapped_column(String(64))
+    args: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(20))
+    result: Mapped[Any | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    compensates: Mapped[str | None] = mapped_column(String(300))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_effects_run_lap", "run_id", "lap"),)
+
+
+class EventRow(Base):
+    """Append-only audit log: why the agent did what it did, and when."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    run_id: Mapped[str] = mapped_column(String(200))
+    lap: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(50))
+    data: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_events_run", "run_id", "id"),)
+
+
+class ApprovalRow(Base):
+    """A pending or decided human decision on a proposed tool call."""
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(200), index=True)
+    effect_key: Mapped[str] = mapped_column(String(300), unique=True)
+    tool_name: Mapped[str] = mapped_column(String(200))
+    arguments: Mapped[dict[str, Any]]
+    reason: Mapped[str | None] = mapped_column(Text)
+    owner: Mapped[str | None] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(20))
+    on_timeout: Mapped[str] = mapped_column(String(20))
+    escalate_to: Mapped[str | None] = mapped_column(String(200))
+    requested_at: Mapped[datetime]
+    timeout_at: Mapped[datetime | None]
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    comment: Mapped[str | None] = mapped_column(Text)
+    decided_at: Mapped[datetime | None]
+
+    __table_args__ = (Index("ix_approvals_status", "status", "timeout_at"),)
+
+
+class SignalRow(Base):
+    """A durable inbound signal; delivered into exactly one lap."""
+
+    __tablename__ = "signals"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    run_id: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    payload: Mapped[Any | None]
+    created_at: Mapped[datetime]
+    delivered_lap: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (Index("ix_signals_run_name", "run_id", "name", "delivered_lap"),)

@@ -1,0 +1,86 @@
+"""Row ↔ value conversions shared by the SQL store's modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datetime import datetime
+
+from sqlalchemy import Connection, Row, and_, insert, select, update
+
+from agent_worker.errors import LeaseLost, UnknownRunError
+from agent_worker.messages import Message
+from store.base import (
+    ApprovalRecord,
+    EffectRecord,
+    EventRecord,
+    RunRecord,
+    SignalRecord,
+    StoredMessage,
+)
+from store.models import ApprovalRow, CheckpointRow, EffectRow, EventRow, MessageRow, Run, SignalRow
+
+runs = Run.__table__
+checkpoints = CheckpointRow.__table__
+messages = MessageRow.__table__
+effects = EffectRow.__table__
+events = EventRow.__table__
+approvals = ApprovalRow.__table__
+signals = SignalRow.__table__
+
+
+def to_run(row: Row[Any]) -> RunRecord:
+    return RunRecord(**row._mapping)
+
+
+def to_message(row: Row[Any]) -> StoredMessage:
+    return StoredMessage(seq=row.seq, lap=row.lap, message=Message.model_validate(row.body))
+
+
+def message_body(message: Message) -> dict[str, Any]:
+    """Compact JSON of a message: defaults left out, so a lap's rows stay small."""
+    return message.model_dump(mode="json", exclude_defaults=True)
+
+
+def to_effect(row: Row[Any]) -> EffectRecord:
+    return EffectRecord(**row._mapping)
+
+
+def to_approval(row: Row[Any]) -> ApprovalRecord:
+    return ApprovalRecord(**row._mapping)
+
+
+def to_signal(row: Row[Any]) -> SignalRecord:
+    return SignalRecord(**row._mapping)
+
+
+def to_event(row: Row[Any]) -> EventRecord:
+    return EventRecord(**row._mapping)
+
+
+
+def fence(conn: Connection, run_id: str, lap: int | None, owner: str, now: datetime,
+           *, cancel: bool) -> None:
+    """Lock the run row if ``owner`` still holds its lease, else raise ``LeaseLost``."""
+    cond = [runs.c.id == run_id, runs.c.lease_owner == owner]
+    if lap is not None:
+        cond.append(runs.c.next_lap == lap)
+    if cancel:
+        cond.append(runs.c.cancel_requested_at.is_(None))
+    if conn.execute(update(runs).where(and_(*cond)).values(updated_at=now)).rowcount != 1:
+        raise LeaseLost(f"run {run_id}: lease lost (owner {owner})")
+
+
+def record_event_tx(conn: Connection, run_id: str, lap: int | None, kind: str,
+           data: dict[str, Any] | None, now: datetime) -> None:
+    conn.execute(insert(events).values(run_id=run_id, lap=lap, kind=kind, data=data,
+                                       created_at=now))
+
+
+def require_run(conn: Connection, run_id: str) -> RunRecord:
+    row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+    if row is None:
+        raise UnknownRunError(f"unknown run {run_id!r}")
+    return to_run(row)
+
+

@@ -1,0 +1,482 @@
+"""The SQLAlchemy implementation of ``Store`` for Postgres (production) and
+SQLite (in-process mode). Helpers named ``_x(conn, ...)`` never commit; each
+public method owns exactly one transaction and retries it when the database
+blips (``store.retry``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from agent_worker.errors import IdempotencyConflictError
+from agent_worker.messages import Message
+from store import pauses, sweeping
+from store.base import (
+    ApprovalRecord,
+    Claim,
+    DueLap,
+    EffectIntent,
+    EffectRecord,
+    EventRecord,
+    LapCommit,
+    NewRun,
+    RunRecord,
+    RunUpdate,
+    SignalRecord,
+    StoredMessage,
+)
+from store.db import make_engine
+from store.retry import with_retry
+from store.rows import (
+    approvals,
+    checkpoints,
+    fence,
+    record_event_tx,
+    effects,
+    events,
+    message_body,
+    messages,
+    runs,
+    signals,
+    to_effect,
+    to_event,
+    to_message,
+    to_run,
+)
+
+T = TypeVar("T")
+RUNNABLE = ("queued", "running")
+
+
+class SqlStore:
+    """``Store`` over one SQLAlchemy engine."""
+
+    def __init__(self, engine: Engine | str) -> None:
+        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+
+    def _tx(self, fn: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with self.engine.begin() as conn:
+                return fn(conn)
+
+        return with_retry(attempt)
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        def attempt() -> T:
+            with self.engine.connect() as conn:
+                return fn(conn)
+
+        return with_retry(attempt)
+
+    # --- runs -----------------------------------------------------------------
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        def tx(conn: Connection) -> tuple[RunRecord, bool]:
+            existing = conn.execute(select(runs).where(runs.c.id == new.id)).first()
+            if existing is not None:
+                return to_run(existing), False
+            conn.execute(
+                insert(runs).values(
+                    id=new.id, tenant=new.tenant, agent_name=new.agent_name,
+                    agent_version=new.agent_version, status="queued", next_lap=1,
+                    lap_attempts=0, input=new.input, limits=new.limits, laps_used=0,
+                    input_tokens=0, output_tokens=0, cost_micros=0, retention=new.retention,
+                    recoveries=0, parent_run_id=new.parent_run_id,
+                    forked_from_lap=new.forked_from_lap, created_at=new.now,
+                    updated_at=new.now, last_checkpoint_at=new.now, enqueued_at=new.now,
+                )
+            )
+            conn.execute(
+                insert(checkpoints).values(
+                    run_id=new.id, lap=0, schema_version=new.schema_version,
+                    state=new.checkpoint, created_at=new.now,
+                )
+            )
+            if new.messages:
+                conn.execute(
+                    insert(messages),
+                    [
+                        {"run_id": new.id, "seq": i, "lap": 0, "body": message_body(m),
+                         "created_at": new.now}
+                        for i, m in enumerate(new.messages)
+                    ],
+                )
+            record_event_tx(conn, new.id, 0, "run_created",
+                   {"agent": new.agent_name, "version": new.agent_version,
+                    "forked_from": new.parent_run_id}, new.now)
+            row = conn.execute(select(runs).where(runs.c.id == new.id)).one()
+            return to_run(row), True
+
+        try:
+            return self._tx(tx)
+        except IntegrityError:
+            # Two callers raced with the same run id: the other one created it.
+            run = self.get_run(new.id)
+            if run is None:
+                raise
+            return run, False
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._read(lambda c: c.execute(select(runs).where(runs.c.id == run_id)).first())
+        return None if row is None else to_run(row)
+
+    def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        agent: str | None = None,
+        agent_version: str | None = None,
+        tenant: str | None = None,
+        stale_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        q = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if status is not None:
+            q = q.where(runs.c.status == status)
+        if agent is not None:
+            q = q.where(runs.c.agent_name == agent)
+        if agent_version is not None:
+            q = q.where(runs.c.agent_version == agent_version)
+        if tenant is not None:
+            q = q.where(runs.c.tenant == tenant)
+        if stale_before is not None:
+            q = q.where(
+                runs.c.status.in_(RUNNABLE), runs.c.last_checkpoint_at < stale_before
+            )
+        return [to_run(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    # --- the lap ----------------------------------------------------------------
+
+    def claim(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
+        window_messages: int,
+    ) -> Claim | None:
+        def tx(conn: Connection) -> Claim | None:
+            row = conn.execute(
+                update(runs)
+                .where(
+                    runs.c.id == run_id,
+                    runs.c.next_lap == lap,
+                    runs.c.status.in_(RUNNABLE),
+                    or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < now),
+                    or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
+                )
+                .values(
+                    status="running", lease_owner=owner,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    lap_attempts=runs.c.lap_attempts + 1, wake_at=None, updated_at=now,
+                )
+                .returning(*runs.c)
+            ).first()
+            if row is None:
+                return None
+            state = conn.execute(
+                select(checkpoints.c.state).where(
+                    checkpoints.c.run_id == run_id, checkpoints.c.lap == lap - 1
+                )
+            ).scalar_one()
+            count = int(state.get("message_count", 0))
+            start = max(count - window_messages, int(state.get("summary_seq") or 0), 0)
+            loaded = [
+                to_message(m)
+                for m in conn.execute(
+                    select(messages.c.seq, messages.c.lap, messages.c.body)
+                    .where(messages.c.run_id == run_id, messages.c.seq >= start)
+                    .order_by(messages.c.seq)
+                )
+            ]
+            # Pending calls keep the key of the lap that asked for them, so their
+            # ledger rows may sit under earlier laps (peeking at the raw state).
+            laps = {lap} | {int(p["lap"]) for p in state.get("pending_calls", ())}
+            lap_effects = {
+                e.key: e
+                for e in map(
+                    to_effect,
+                    conn.execute(
+                        select(effects).where(effects.c.run_id == run_id, effects.c.lap.in_(laps))
+                    ),
+                )
+            }
+            return Claim(
+                run=to_run(row), lap=lap, owner=owner, checkpoint=state,
+                window=[m for m in loaded if m.seq < count],
+                lap_messages=[m for m in loaded if m.seq >= count],
+                effects=lap_effects,
+            )
+
+        return self._tx(tx)
+
+    def renew_lease(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float
+    ) -> Literal["ok", "lost", "cancelled"]:
+        def tx(conn: Connection) -> Literal["ok", "lost", "cancelled"]:
+            row = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.next_lap == lap, runs.c.lease_owner == owner)
+                .values(lease_expires_at=now + timedelta(seconds=lease_seconds))
+                .returning(runs.c.cancel_requested_at)
+            ).first()
+            if row is None:
+                return "lost"
+            return "ok" if row.cancel_requested_at is None else "cancelled"
+
+        return self._tx(tx)
+
+    def journal_model_output(
+        self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
+    ) -> Message:
+        def tx(conn: Connection) -> Message:
+            fence(conn, run_id, lap, owner, now, cancel=True)
+            existing = conn.execute(
+                select(messages.c.body).where(messages.c.run_id == run_id, messages.c.seq == seq)
+            ).scalar()
+            if existing is not None:
+                return Message.model_validate(existing)
+            conn.execute(
+                insert(messages).values(
+                    run_id=run_id, seq=seq, lap=lap, body=message_body(message), created_at=now
+                )
+            )
+            return message
+
+        return self._tx(tx)
+
+    def begin_effect(
+        self, intent: EffectIntent, *, owner: str, now: datetime, fence_cancel: bool = True
+    ) -> tuple[EffectRecord, bool]:
+        def tx(conn: Connection) -> tuple[EffectRecord, bool]:
+            fence(conn, intent.run_id, None, owner, now, cancel=fence_cancel)
+            existing = conn.execute(select(effects).where(effects.c.key == intent.key)).first()
+            if existing is None:
+                conn.execute(
+                    insert(effects).values(
+                        **intent.__dict__, status="pending", result=None, error=None,
+                        attempts=1, created_at=now, updated_at=now,
+                    )
+                )
+                created = conn.execute(select(effects).where(effects.c.key == intent.key)).one()
+                return to_effect(created), True
+            if existing.args_hash != intent.args_hash:
+                raise IdempotencyConflictError(
+                    f"effect {intent.key} was first called with different arguments "
+                    f"(tool {existing.tool_name}); refusing to call it with new ones"
+                )
+            if existing.status == "pending":
+                conn.execute(
+                    update(effects)
+                    .where(effects.c.key == intent.key)
+                    .values(attempts=effects.c.attempts + 1, updated_at=now)
+                )
+            return to_effect(existing), False
+
+        return self._tx(tx)
+
+    def finish_effect(
+        self, key: str, *, status: str, result: Any, error: str | None, now: datetime
+    ) -> None:
+        # An outcome never overwrites "applied"; only compensation moves past it.
+        guard = (effects.c.status == "applied" if status == "compensated"
+                 else effects.c.status.not_in(("applied", "compensated")))
+        values: dict[str, Any] = {"status": status, "updated_at": now}
+        if status != "compensated":
+            values.update(result=result, error=error)
+        self._tx(lambda conn: conn.execute(
+            update(effects).where(effects.c.key == key, guard).values(**values)))
+
+    def commit_lap(self, commit: LapCommit) -> bool:
+        def tx(conn: Connection) -> bool:
+            u = commit.update
+            laps, tin, tout, cost = commit.usage
+            done = u.status in ("succeeded", "failed", "cancelled")
+            fenced = conn.execute(
+                update(runs)
+                .where(
+                    runs.c.id == commit.run_id,
+                    runs.c.next_lap == commit.lap,
+                    runs.c.lease_owner == commit.owner,
+                    runs.c.cancel_requested_at.is_(None),
+                )
+                .values(
+                    next_lap=commit.lap + 1, status=u.status, lease_owner=None,
+                    lease_expires_at=None, lap_attempts=0, wake_at=u.wake_at,
+                    waiting_for=u.waiting_for, result=u.result, error_code=u.error_code,
+                    error_message=u.error_message, error_detail=u.error_detail,
+                    laps_used=laps, input_tokens=tin, output_tokens=tout, cost_micros=cost,
+                    updated_at=commit.now, last_checkpoint_at=commit.now,
+                    enqueued_at=commit.now if u.enqueue else None,
+                    finished_at=commit.now if done else None,
+                )
+            )
+            if fenced.rowcount != 1:
+                return False
+            if commit.messages:
+                conn.execute(
+                    insert(messages),
+                    [
+                        {"run_id": commit.run_id, "seq": seq, "lap": commit.lap,
+                         "body": message_body(m), "created_at": commit.now}
+                        for seq, m in commit.messages
+                    ],
+                )
+            conn.execute(
+                insert(checkpoints).values(
+                    run_id=commit.run_id, lap=commit.lap, schema_version=commit.schema_version,
+                    state=commit.checkpoint, created_at=commit.now,
+                )
+            )
+            record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event, commit.now)
+            pauses.insert_approvals(conn, commit.new_approvals)
+            if commit.delivered_signals:
+                conn.execute(
+                    update(signals)
+                    .where(signals.c.id.in_(commit.delivered_signals),
+                           signals.c.delivered_lap.is_(None))
+                    .values(delivered_lap=commit.lap)
+                )
+            return True
+
+        return self._tx(tx)
+
+    def release(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, outcome: RunUpdate,
+        event: dict[str, Any], reset_attempts: bool = False, fence_cancel: bool = True,
+    ) -> bool:
+        update_ = outcome
+
+        def tx(conn: Connection) -> bool:
+            values: dict[str, Any] = dict(
+                status=update_.status, lease_owner=None, lease_expires_at=None,
+                wake_at=update_.wake_at, waiting_for=update_.waiting_for,
+                error_code=update_.error_code, error_message=update_.error_message,
+                error_detail=update_.error_detail, updated_at=now,
+                enqueued_at=now if update_.enqueue else None,
+            )
+            if update_.ending is not None:
+                values["ending"] = update_.ending
+            if update_.status in ("succeeded", "failed", "cancelled"):
+                values.update(finished_at=now, result=update_.result)
+            if reset_attempts:
+                values["lap_attempts"] = 0
+            cond = [runs.c.id == run_id, runs.c.next_lap == lap, runs.c.lease_owner == owner]
+            if fence_cancel:
+                cond.append(runs.c.cancel_requested_at.is_(None))
+            done = conn.execute(update(runs).where(*cond).values(**values))
+            if done.rowcount != 1:
+                return False
+            record_event_tx(conn, run_id, lap, str(event.pop("kind", "released")), event, now)
+            return True
+
+        return self._tx(tx)
+
+    # --- sweeper, retention, pauses (see store.sweeping and store.pauses) ------
+
+    def sweep(self, *, now: datetime, overdue_before: datetime, limit: int = 500) -> list[DueLap]:
+        return self._tx(lambda c: sweeping.sweep(c, now=now, overdue_before=overdue_before,
+                                                 limit=limit))
+
+    def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,
+              batch: int) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        while True:
+            done = self._tx(lambda c: sweeping.prune_batch(
+                c, checkpoints_before=checkpoints_before, ledger_before=ledger_before,
+                batch=batch))
+            for k, v in done.items():
+                totals[k] = totals.get(k, 0) + v
+            if not any(done.values()):
+                return totals
+
+    def decide_approval(
+        self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
+        comment: str | None, now: datetime,
+    ) -> tuple[ApprovalRecord, DueLap | None]:
+        return self._tx(lambda c: pauses.decide_approval(
+            c, approval_id, run_id, approved=approved, by=by, comment=comment, now=now))
+
+    def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
+                       limit: int = 100) -> list[ApprovalRecord]:
+        return self._read(lambda c: pauses.list_approvals(c, status=status, run_id=run_id,
+                                                          limit=limit))
+
+    def approval_for(self, effect_key: str) -> ApprovalRecord | None:
+        return self._read(lambda c: pauses.approval_for(c, effect_key))
+
+    def send_signal(self, run_id: str, name: str, payload: Any, *,
+                    now: datetime) -> tuple[SignalRecord, DueLap | None]:
+        return self._tx(lambda c: pauses.send_signal(c, run_id, name, payload, now=now))
+
+    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]:
+        return self._read(lambda c: pauses.pending_signals(c, run_id, name))
+
+    def request_cancel(self, run_id: str, *, reason: str, by: str,
+                       now: datetime) -> DueLap | None:
+        return self._tx(lambda c: pauses.request_cancel(c, run_id, reason=reason, by=by, now=now))
+
+    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
+                event: dict[str, Any], limits: dict[str, Any] | None = None) -> DueLap:
+        return self._tx(lambda c: pauses.requeue(c, run_id, now=now, from_statuses=from_statuses,
+                                                 event=event, limits=limits))
+
+    def resolve_effect(self, key: str, *, applied: bool, result: Any, by: str,
+                       now: datetime) -> EffectRecord:
+        return self._tx(lambda c: pauses.resolve_effect(c, key, applied=applied, result=result,
+                                                        by=by, now=now))
+
+    # --- history ----------------------------------------------------------------
+
+    def list_checkpoints(self, run_id: str) -> list[tuple[int, int, datetime]]:
+        q = (select(checkpoints.c.lap, checkpoints.c.schema_version, checkpoints.c.created_at)
+             .where(checkpoints.c.run_id == run_id).order_by(checkpoints.c.lap))
+        return [(r.lap, r.schema_version, r.created_at) for r in self._read(lambda c: c.execute(q))]
+
+    def get_checkpoint(self, run_id: str, lap: int) -> dict[str, Any] | None:
+        q = select(checkpoints.c.state).where(checkpoints.c.run_id == run_id,
+                                              checkpoints.c.lap == lap)
+        state: dict[str, Any] | None = self._read(lambda c: c.execute(q).scalar())
+        return state
+
+    def list_messages(self, run_id: str, *, start: int = 0,
+                      end: int | None = None) -> list[StoredMessage]:
+        q = select(messages.c.seq, messages.c.lap, messages.c.body).where(
+            messages.c.run_id == run_id, messages.c.seq >= start).order_by(messages.c.seq)
+        if end is not None:
+            q = q.where(messages.c.seq < end)
+        return [to_message(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        q = select(effects).where(effects.c.run_id == run_id).order_by(
+            effects.c.lap, effects.c.call_index, effects.c.created_at)
+        return [to_effect(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    def list_events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
+        q = select(events).where(events.c.run_id == run_id, events.c.id > after_id).order_by(
+            events.c.id)
+        return [to_event(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    def recordrecord_event_tx(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
+                     *, now: datetime) -> None:
+        self._tx(lambda c: record_event_tx(c, run_id, lap, kind, data, now))
+
+    def count_rows(self) -> dict[str, int]:
+        """Row counts per table (tests and benchmarks)."""
+        tables = {"runs": runs, "checkpoints": checkpoints, "messages": messages,
+                  "effects": effects, "events": events}
+        return self._read(lambda c: {
+            name: int(c.execute(select(func.count()).select_from(t)).scalar_one())
+            for name, t in tables.items()})
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove every row of a run (tests and tenant erasure)."""
+        def tx(conn: Connection) -> None:
+            for t in (messages, checkpoints, effects, events, signals, approvals):
+                conn.execute(delete(t).where(t.c.run_id == run_id))
+            conn.execute(delete(runs).where(runs.c.id == run_id))
+        self._tx(tx)
+
+
+__all__ = ["SqlStore"]

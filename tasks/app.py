@@ -1,0 +1,73 @@
+"""The Celery app: ``celery -A tasks worker`` / ``celery -A tasks beat``.
+
+Every setting below guards against a measured trap (../shared/CELERY.md). The
+broker only carries hints; the lap is claimed and committed in Postgres.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from agent_worker.agent import registry
+from agent_worker.constants import MAINT_QUEUE, PRUNE_TASK_NAME, SWEEP_TASK_NAME
+from agent_worker.settings import get_settings
+from tasks.routing import lap_queue, served_pairs
+
+
+def make_app() -> Celery:
+    s = get_settings()
+    registry.import_modules(s.agent_modules.split(","))
+    app = Celery("agent_worker", broker=s.broker_url, include=["tasks.lap", "tasks.sweeper"])
+    queues = [Queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [Queue(MAINT_QUEUE)]
+    app.conf.update(
+        # JSON only: a pickled message is code execution for whoever can write to Redis.
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        # Ack after the lap, so a dead worker's lap is redelivered, not lost...
+        task_acks_late=True,
+        # ...including when the pool child is SIGKILLed/OOM-killed (else acked and lost).
+        task_reject_on_worker_lost=True,
+        # One lap at a time per process: no lap waits behind another in a prefetch buffer.
+        worker_prefetch_multiplier=1,
+        # Postgres is the state store; results in Redis would only grow.
+        task_ignore_result=True,
+        # A hung tool is interrupted (soft) and then killed (hard); both well below the
+        # visibility timeout, so a healthy lap is never redelivered while it runs.
+        task_soft_time_limit=s.lap_soft_time_limit_seconds,
+        task_time_limit=s.lap_time_limit_seconds,
+        broker_transport_options={
+            "visibility_timeout": s.visibility_timeout_seconds,
+            # kombu >= 5.7: restore unacked messages of dead workers more eagerly.
+            "unacked_restore_interval": 30,
+        },
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        # A broker blip re-pushes running laps; cancel them instead of running twice
+        # (the fenced commit makes any remaining duplicate harmless).
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        # SIGTERM (remapped to SIGQUIT via REMAP_SIGTERM) gives laps this long, then
+        # hands them back to the broker at once instead of waiting for the VT.
+        worker_soft_shutdown_timeout=s.soft_shutdown_timeout_seconds,
+        worker_enable_soft_shutdown_on_idle=True,
+        # Flower needs task events, including "sent" from producers.
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        # Separate queues: sweeps never wait behind long laps.
+        task_queues=queues,
+        task_default_queue=MAINT_QUEUE,
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "sweep": {"task": SWEEP_TASK_NAME, "schedule": s.sweep_interval_seconds,
+                      "options": {"queue": MAINT_QUEUE, "expires": s.sweep_interval_seconds * 5}},
+            "prune": {"task": PRUNE_TASK_NAME, "schedule": 3600.0,
+                      "options": {"queue": MAINT_QUEUE, "expires": 1800}},
+        },
+    )
+    return app
+
+
+app = make_app()

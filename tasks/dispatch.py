@@ -1,0 +1,28 @@
+"""Sending laps through Celery. ``run_id`` and ``lap`` travel as kwargs so
+Flower's ``kwargs:run_id=...`` search finds a run's laps; the agent rides in
+a header (not the task name, which would explode Prometheus label sets)."""
+
+from __future__ import annotations
+
+import logging
+
+from agent_worker.constants import LAP_TASK_NAME
+from store.base import DueLap
+from tasks.routing import lap_queue
+
+log = logging.getLogger(__name__)
+
+
+class CeleryDispatcher:
+    def send(self, lap: DueLap) -> None:
+        from tasks.app import app
+
+        try:
+            app.send_task(
+                LAP_TASK_NAME, kwargs={"run_id": lap.run_id, "lap": lap.lap},
+                queue=lap_queue(lap.agent_name, lap.agent_version),
+                headers={"agent": f"{lap.agent_name}@{lap.agent_version}"},
+            )
+        except Exception as e:  # Redis down: the run is committed; the sweeper re-sends
+            log.warning("could not send lap %s of %s (%s); the sweeper will", lap.lap,
+                        lap.run_id, e)

@@ -1,0 +1,33 @@
+"""One runtime per worker process, built after fork (never shared across it)."""
+
+from __future__ import annotations
+
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from agent_worker.runtime import Runtime
+from agent_worker.settings import get_settings
+from store.sql import SqlStore
+from tasks.dispatch import CeleryDispatcher
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None:
+        s = get_settings()
+        _runtime = Runtime(store=SqlStore(s.database_url), dispatcher=CeleryDispatcher(),
+                           settings=s)
+    return _runtime
+
+
+@worker_process_init.connect
+def _fresh_after_fork(**_: object) -> None:
+    global _runtime
+    _runtime = None
+
+
+@worker_process_shutdown.connect
+def _dispose(**_: object) -> None:
+    if _runtime is not None and isinstance(_runtime.store, SqlStore):
+        _runtime.store.engine.dispose()

@@ -1,0 +1,26 @@
+"""Beat tasks: the sweeper (recovery, timers, lost messages) and retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from agent_worker.api import AgentWorker
+from agent_worker.constants import PRUNE_TASK_NAME, SWEEP_TASK_NAME
+from tasks.app import app
+from tasks.runtime import runtime
+
+
+@app.task(name=SWEEP_TASK_NAME, acks_late=False)
+def sweep() -> int:
+    return AgentWorker(runtime()).sweep()
+
+
+@app.task(name=PRUNE_TASK_NAME, acks_late=False)
+def prune() -> dict[str, int]:
+    rt = runtime()
+    now = rt.clock.now()
+    s = rt.settings
+    return rt.store.prune(
+        checkpoints_before=now - timedelta(days=s.checkpoint_retention_days),
+        ledger_before=now - timedelta(days=s.ledger_retention_days),
+        batch=s.prune_batch_size)

@@ -1,0 +1,134 @@
+"""Fixtures: real Postgres and Redis (started by deploy/local/services.sh when
+not given), one fresh database per test session, Celery fleets per test.
+
+Locally a missing service skips the tests that need it; in CI (``CI`` set) it
+fails them, so crash-safety evidence can never silently disappear."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, TEST_AGENTS, Fleet, logs
+
+PG_ADMIN = os.environ.get("AGENT_WORKER_TEST_PG", "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker")
+REDIS = os.environ.get("AGENT_WORKER_TEST_REDIS", "redis://127.0.0.1:63799")
+
+
+def _unavailable(why: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"required service unavailable in CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def services() -> None:
+    if "AGENT_WORKER_TEST_PG" not in os.environ:
+        done = subprocess.run([str(ROOT / "deploy/local/services.sh"), "start"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            _unavailable(f"could not start local services: {done.stderr[-500:]}")
+
+
+@pytest.fixture(scope="session")
+def database_url(services: None) -> Iterator[str]:
+    from sqlalchemy import create_engine, text
+
+    from store.migrate import upgrade
+
+    name = f"aw_test_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as e:
+        _unavailable(f"postgres not reachable at {PG_ADMIN}: {e}")
+    url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    upgrade(url)
+    yield url
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def broker_url(services: None) -> Iterator[str]:
+    import fcntl
+
+    import redis
+
+    # Each concurrent test session (xdist worker, another checkout) takes its own
+    # Redis database, held by a lock file, so no worker eats another's laps.
+    for db in range(1, 16):
+        lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            lock.close()
+    else:
+        pytest.fail("all 15 Redis test databases are in use")
+    url = f"{REDIS}/{db}"
+    try:
+        r = redis.Redis.from_url(url)
+        r.flushdb()
+        r.close()
+    except Exception as e:
+        lock.close()
+        _unavailable(f"redis not reachable at {url}: {e}")
+    yield url
+    lock.close()
+
+
+@pytest.fixture
+def worker_env(database_url: str, broker_url: str, tmp_path: Path) -> dict[str, str]:
+    """Environment for worker, beat and CLI subprocesses: short leases and sweeps
+    so recovery happens within a test's patience."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        AGENT_WORKER_DATABASE_URL=database_url,
+        AGENT_WORKER_BROKER_URL=broker_url,
+        AGENT_WORKER_AGENT_MODULES=TEST_AGENTS,
+        AGENT_WORKER_LEASE_TTL_SECONDS="3",
+        AGENT_WORKER_HEARTBEAT_INTERVAL_SECONDS="1",
+        AGENT_WORKER_SWEEP_INTERVAL_SECONDS="0.5",
+        AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5",
+        AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
+        AGENT_WORKER_FAULT_DIR=str(tmp_path / "faults"),
+    )
+    return env
+
+
+@pytest.fixture
+def fleet(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(worker_env, tmp_path)
+    yield f
+    f.close()
+    if os.environ.get("AGENT_WORKER_TEST_LOGS"):
+        print(logs(f))
+
+
+@pytest.fixture
+def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """An ``AgentWorker`` for the test process, on the same database and broker."""
+    import agent_worker.api as api
+    from agent_worker.settings import get_settings
+
+    for k, v in worker_env.items():
+        if k.startswith("AGENT_WORKER_"):
+            monkeypatch.setenv(k, v)
+    get_settings.cache_clear()
+    from tasks import app
+
+    app.conf.broker_url = worker_env["AGENT_WORKER_BROKER_URL"]
+    api.configure(None)
+    client = api.client()
+    yield client
+    api.configure(None)
+    get_settings.cache_clear()
