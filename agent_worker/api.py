@@ -261,15 +261,15 @@ class AgentWorker:
         now = self.rt.clock.now()
         history = self.rt.store.list_messages(run_id, end=base.message_count)
         checkpoint = base.model_copy(update={
-            "lap": 0, "agent_version": spec.version, "pending_calls": (),
+            "agent_version": spec.version,
             "facts": {**base.facts, **(facts or {})},
-            "budget": BudgetLedger.start(Budget.model_validate(parent.limits), now)})
+            "budget": base.budget.model_copy(update={"started_at": now})})
         run, created = self.rt.store.create_run(NewRun(
             id=new_id, tenant=parent.tenant, agent_name=spec.name, agent_version=spec.version,
             input=parent.input, limits=parent.limits, retention=parent.retention,
             checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
             messages=[m.message for m in history], now=now, parent_run_id=run_id,
-            forked_from_lap=lap))
+            forked_from_lap=lap, start_lap=lap))
         if created:
             self._send_next(run)
         return run

@@ -182,6 +182,7 @@ class NewRun:
     now: datetime
     parent_run_id: str | None = None
     forked_from_lap: int | None = None
+    start_lap: int = 0
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ class SqlStore:
             conn.execute(
                 insert(runs).values(
                     id=new.id, tenant=new.tenant, agent_name=new.agent_name,
-                    agent_version=new.agent_version, status="queued", next_lap=1,
+                    agent_version=new.agent_version, status="queued", next_lap=new.start_lap + 1,
                     lap_attempts=0, input=new.input, limits=new.limits, laps_used=0,
                     input_tokens=0, output_tokens=0, cost_micros=0, retention=new.retention,
                     recoveries=0, parent_run_id=new.parent_run_id,
@@ -93,7 +93,7 @@ class SqlStore:
             )
             conn.execute(
                 insert(checkpoints).values(
-                    run_id=new.id, lap=0, schema_version=new.schema_version,
+                    run_id=new.id, lap=new.start_lap, schema_version=new.schema_version,
                     state=new.checkpoint, created_at=new.now,
                 )
             )
@@ -101,12 +101,13 @@ class SqlStore:
                 conn.execute(
                     insert(messages),
                     [
-                        {"run_id": new.id, "seq": i, "lap": 0, "body": message_body(m),
+                        {"run_id": new.id, "seq": i, "lap": new.start_lap,
+                         "body": message_body(m),
                          "created_at": new.now}
                         for i, m in enumerate(new.messages)
                     ],
                 )
-            record_event_tx(conn, new.id, 0, "run_created",
+            record_event_tx(conn, new.id, new.start_lap, "run_created",
                    {"agent": new.agent_name, "version": new.agent_version,
                     "forked_from": new.parent_run_id}, new.now)
             row = conn.execute(select(runs).where(runs.c.id == new.id)).one()

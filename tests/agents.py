@@ -132,3 +132,129 @@ def _pauses(r: ModelRequest) -> ModelResponse:
 register(Agent(name="pauses", model=lambda: ScriptedModel(_pauses),
                tools=[wire_money, sleep_tool, wait_for_signal_tool, step, book],
                window_messages=2000, approval_owner="ops"))
+
+
+# --- issue 3: effects declared honestly, and a saga whose third step fails -------------
+
+
+def _undo_notice(ctx: ToolContext, what: str, order_id: str) -> dict[str, Any]:
+    """An undo is itself an effect: it carries its own (``:undo``) key to the vendor."""
+    with _vendor() as v:
+        return v.notice(f"undo-{order_id}@vendor.test", f"{what} {order_id} reversed",
+                        idempotency_key=ctx.idempotency_key)
+
+
+@tool(kind="compensatable")
+def charge(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
+    """A payment declared for what it is: the vendor may ignore idempotency keys and
+    this tool cannot ask it what happened, so a blind re-call could pay twice. It can
+    be undone, though (a reversal notice)."""
+    with _vendor() as v:
+        return v.refund(order_id, amount_cents, idempotency_key=ctx.idempotency_key)
+
+
+@charge.compensator
+def _uncharge(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, Any]:
+    return _undo_notice(ctx, "charge", args["order_id"])
+
+
+@tool(kind="compensatable")
+def charge_checked(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
+    """Like ``charge``, but the vendor can be asked by key whether the payment landed."""
+    with _vendor() as v:
+        return v.refund(order_id, amount_cents, idempotency_key=ctx.idempotency_key)
+
+
+@charge_checked.compensator
+def _uncharge_checked(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, Any]:
+    return _undo_notice(ctx, "charge", args["order_id"])
+
+
+@charge_checked.lookup
+def _find_charge(key: str) -> dict[str, Any] | None:
+    """What the vendor recorded under ``key``: adopted as the call's result."""
+    with _vendor() as v:
+        found = v.lookup(key)
+    if found is None or int(found["status"]) >= 400:
+        return None
+    response: dict[str, Any] = found["response"]
+    return response
+
+
+register(Agent(name="charges", model=lambda: ScriptedModel(_payments),
+               tools=[charge, charge_checked], window_messages=2000))
+
+
+@tool(kind="compensatable")
+def reserve(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
+    """A second saga step (another name, so a fault can be scoped to one undo)."""
+    with _vendor() as v:
+        return v.refund(order_id, amount_cents, idempotency_key=ctx.idempotency_key)
+
+
+@reserve.compensator
+def _unreserve(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, Any]:
+    return _undo_notice(ctx, "reservation", args["order_id"])
+
+
+# Scripted by ``plan`` like ``pauses``: e.g. charge, reserve, then ``explode``, which
+# raises a non-ToolError every time, so the lap retries and the run fails (saga).
+register(Agent(name="saga", model=lambda: ScriptedModel(_pauses),
+               tools=[charge, reserve, explode], window_messages=2000))
+
+
+# --- chaos and fault tests (tests/chaos) ------------------------------------------
+
+
+@tool
+def needs_marker(marker: str) -> dict[str, str]:
+    """Fails (a plain exception, so the lap is retried, then dead-lettered) until
+    an operator creates ``marker``: a poison lap that a fix can cure."""
+    if not os.path.exists(marker):
+        raise RuntimeError(f"fragile: {marker} does not exist yet")
+    return {"marker": marker}
+
+
+@tool
+def hang(marker: str, seconds: float, always: bool = False) -> dict[str, bool]:
+    """Hangs for ``seconds`` (a stuck vendor call); unless ``always``, only on the
+    first attempt, which leaves ``marker`` behind so the retry goes through."""
+    if always or not os.path.exists(marker):
+        with open(marker, "a"):
+            pass
+        time.sleep(seconds)
+    return {"hung": False}
+
+
+def _fragile(r: ModelRequest) -> ModelResponse:
+    """Read steps, with ``needs_marker`` / ``hang`` at lap ``at`` (``tool``)."""
+    p = params(r)
+    if r.lap > int(p.get("laps", 3)):
+        return turn(json.dumps({"laps": r.lap - 1}))
+    if r.lap == int(p.get("at", 2)):
+        if p.get("tool", "needs_marker") == "hang":
+            return turn("hang", [("hang", {"marker": p["marker"],
+                                           "seconds": float(p.get("seconds", 60)),
+                                           "always": bool(p.get("always", False))})])
+        return turn("fragile", [("needs_marker", {"marker": p["marker"]})])
+    return turn(f"lap {r.lap}", [("step", {"n": r.lap})])
+
+
+register(Agent(name="fragile", model=lambda: ScriptedModel(_fragile),
+               tools=[step, needs_marker, hang], window_messages=200))
+
+
+def _chaos_mix(r: ModelRequest) -> ModelResponse:
+    """Odd laps read (``step``), even laps pay through the vendor (idempotent
+    ``pay``, order ``<tag>-<lap>``): what the chaos suite counts at the vendor."""
+    p = params(r)
+    if r.lap > int(p.get("laps", 30)):
+        return turn(json.dumps({"laps": r.lap - 1}))
+    if r.lap % 2:
+        return turn(f"read {r.lap}", [("step", {"n": r.lap})])
+    return turn(f"pay {r.lap}", [("pay", {"order_id": f"{p['tag']}-{r.lap}",
+                                          "amount_cents": int(p.get("amount", 100))})])
+
+
+register(Agent(name="chaos-mix", model=lambda: ScriptedModel(_chaos_mix), tools=[step, pay],
+               window_messages=8, budget=Budget(max_laps=1000)))

@@ -64,6 +64,9 @@ class CallRunner:
     def __init__(self, rt: Runtime, agent: Agent, claim: Claim) -> None:
         self.rt, self.agent, self.claim = rt, agent, claim
         self.run_id = claim.run.id
+        # Signals taken by earlier calls of this lap: they are marked delivered
+        # only when the lap commits, so a second wait in the same lap must skip them.
+        self._taken: set[int] = set()
 
     def run(self, pc: PendingCall) -> Done | Pause:
         tool = self.agent.tool(pc.call.name)
@@ -81,16 +84,22 @@ class CallRunner:
             return self._sleep(pc, args)
         if tool.control == "signal":
             return self._signal(pc, args)
+        approval: ApprovalRecord | None = None
         if tool.requires_approval:
             verdict = self._approval(pc, tool)
-            if not isinstance(verdict, bool):
+            if not isinstance(verdict, ApprovalRecord):
                 return verdict
+            approval = verdict
         ctx = ToolContext(run_id=self.run_id, lap=pc.lap, call_index=pc.index,
                           idempotency_key=effect_key(self.run_id, pc.lap, pc.index),
                           tenant=self.claim.run.tenant)
         if not tool.journaled:
-            return self._invoke_read(pc, tool, args, ctx)
-        return self._invoke_journaled(pc, tool, args, ctx)
+            done: Done | Pause = self._invoke_read(pc, tool, args, ctx)
+        else:
+            done = self._invoke_journaled(pc, tool, args, ctx)
+        if approval is None or isinstance(done, Pause):
+            return done
+        return _with_decision(done, approval)
 
     # --- pauses -------------------------------------------------------------
 
@@ -112,9 +121,11 @@ class CallRunner:
     def _signal(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
         name: str = getattr(args, "name")
         now = self.rt.clock.now()
-        pending = self.rt.store.pending_signals(self.run_id, name)
+        pending = [s for s in self.rt.store.pending_signals(self.run_id, name)
+                   if s.id not in self._taken]
         if pending:
             s = pending[0]
+            self._taken.add(s.id)
             done = _result(pc, {"signal": name, "received_at": s.created_at.isoformat(),
                                 "payload": s.payload})
             return Done(done.message, signal_id=s.id)
@@ -128,7 +139,7 @@ class CallRunner:
                                "UTC (timed out).", error=True)
         return Pause("waiting", f"signal:{name}", pc.wake_at, pc)
 
-    def _approval(self, pc: PendingCall, tool: Tool) -> bool | Done | Pause:
+    def _approval(self, pc: PendingCall, tool: Tool) -> ApprovalRecord | Done | Pause:
         key = effect_key(self.run_id, pc.lap, pc.index)
         found = self.rt.store.approval_for(key)
         if found is None:
@@ -145,11 +156,9 @@ class CallRunner:
         if found.status == "pending":
             return Pause("waiting", f"approval:{found.id}", None, pc)
         if found.status == "approved":
-            return True
-        when = f"{found.decided_at:%Y-%m-%d %H:%M:%S} UTC" if found.decided_at else "unknown"
-        why = f": {found.comment}" if found.comment else ""
-        return _result(pc, f"Not done: the call to {tool.name} was {found.status} by "
-                           f"{found.decided_by} at {when}{why}.", error=True)
+            return found
+        return _result(pc, f"Not done: the call to {tool.name} was {_decision(found)}.",
+                       error=True)
 
     # --- execution ------------------------------------------------------------
 
@@ -174,7 +183,9 @@ class CallRunner:
         digest = args_hash(tool.name, arguments)
         key = ctx.idempotency_key
         row = self.claim.effects.get(key)
-        if row is None:
+        if row is None or row.status == "pending":
+            # Also for a pending row: counts the attempt, and re-checks the lease
+            # before a replay decides anything.
             row, created = self.rt.store.begin_effect(
                 EffectIntent(key=key, run_id=self.run_id, lap=pc.lap, call_index=pc.index,
                              tool_name=tool.name, tool_version=tool.version, kind=tool.kind,
@@ -223,6 +234,23 @@ class CallRunner:
     def _finish(self, key: str, status: str, result: Any, error: str | None = None) -> None:
         self.rt.store.finish_effect(key, status=status, result=_jsonable(result), error=error,
                                     now=self.rt.clock.now())
+
+
+def _decision(a: ApprovalRecord) -> str:
+    """The durable account of a decision, from its record: what, who, when, why."""
+    when = f"{a.decided_at:%Y-%m-%d %H:%M:%S} UTC" if a.decided_at else "an unknown time"
+    asked = f"{a.requested_at:%Y-%m-%d %H:%M:%S} UTC"
+    why = f": {a.comment}" if a.comment else ""
+    return (f"{a.status.replace('_', ' ')} by {a.decided_by} at {when} "
+            f"(approval requested at {asked}){why}")
+
+
+def _with_decision(done: Done, approval: ApprovalRecord) -> Done:
+    """Prefix an approved call's result with who approved it, so a resumed model
+    reads the decision from the record instead of inferring (or inventing) it."""
+    text = (f"Approved call to {approval.tool_name}: {_decision(approval)}. "
+            f"Result: {done.message.content}")
+    return Done(done.message.model_copy(update={"content": text}), done.signal_id)
 
 
 def _jsonable(value: Any) -> Any:

@@ -41,6 +41,7 @@ from agent_worker.errors import (
     RunCancelled,
 )
 from agent_worker.faults import fault
+from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
 from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.runtime import Runtime
@@ -58,7 +59,13 @@ def new_owner() -> str:
 
 
 def run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
-    """Run lap ``lap`` of ``run_id`` if this delivery may; see module docstring."""
+    """Run lap ``lap`` of ``run_id`` if this delivery may; see module docstring.
+    Every log record inside carries the lap's identity (``agent_worker.logs``)."""
+    with lap_context(run_id, lap):
+        return _run_lap(rt, run_id, lap)
+
+
+def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
     owner = new_owner()
     claim = rt.store.claim(run_id, lap, owner=owner, now=rt.clock.now(),
                            lease_seconds=rt.settings.lease_ttl_seconds,
@@ -67,12 +74,18 @@ def run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
         return "skipped"
     fault("after_claim")
     run = claim.run
+    bind(agent=f"{run.agent_name}@{run.agent_version}", tenant=run.tenant,
+         attempt=run.lap_attempts)
     agent = rt.registry.resolve(run.agent_name, run.agent_version)
     if agent is None:
-        # Not ours to run: leave it queued for a worker that serves this version.
-        _release(rt, claim, RunUpdate(status="queued", enqueue=True),
-                 {"kind": "unserved", "worker_serves": rt.registry.served_versions()},
-                 reset_attempts=True)
+        # Not ours to run: leave it queued (marked sent now, not re-sent here) so
+        # the sweeper re-sends it to its version's queue after the overdue delay.
+        rt.store.release(run_id, lap, owner=owner, now=rt.clock.now(),
+                         outcome=RunUpdate(status="queued", enqueue=True),
+                         event={"kind": "unserved",
+                                "worker_serves": [f"{n}@{v}" for n, v in
+                                                  rt.registry.served_versions()]},
+                         reset_attempts=True)
         return "unserved"
     with Heartbeat(rt, run_id, lap, owner) as hb:
         try:
@@ -121,18 +134,35 @@ def _handle_error(rt: Runtime, claim: Claim, e: Exception) -> Outcome:
                                       error_message=str(e), error_detail=detail),
                  {"kind": "needs_attention", "error": str(e)})
         return "paused"
-    if retriable and claim.run.lap_attempts < rt.settings.max_lap_attempts:
+    # Failing while compensating (the run is ending): retry with backoff, keeping the
+    # error that ended the run; when out of attempts, stop for good instead of
+    # re-queueing the ending (which would reset the attempts and loop for ever).
+    run = claim.run
+    ending = run.ending is not None or run.cancel_requested_at is not None
+    if retriable and run.lap_attempts < rt.settings.max_lap_attempts:
         s = rt.settings
-        delay = min(s.retry_backoff_seconds * 2 ** (claim.run.lap_attempts - 1),
+        delay = min(s.retry_backoff_seconds * 2 ** (run.lap_attempts - 1),
                     s.retry_backoff_max_seconds)
         delay *= 1 + random.random() / 4
-        log.warning("run %s lap %s attempt %s failed (%s); retrying in %.1fs", claim.run.id,
-                    claim.lap, claim.run.lap_attempts, e, delay)
+        log.warning("run %s lap %s attempt %s failed (%s); retrying in %.1fs", run.id,
+                    claim.lap, run.lap_attempts, e, delay)
+        kept = ((run.error_code, run.error_message, run.error_detail) if ending
+                else (code, str(e), detail))
         _release(rt, claim, RunUpdate(
             status="queued", wake_at=rt.clock.now() + timedelta(seconds=delay),
-            error_code=code, error_message=str(e), error_detail=detail),
-            {"kind": "retry", "attempt": claim.run.lap_attempts, "error": str(e)[:500]})
+            error_code=kept[0], error_message=kept[1], error_detail=kept[2]),
+            {"kind": "retry", "attempt": run.lap_attempts, "error": str(e)[:500]},
+            fence_cancel=not ending)
         return "retrying"
+    if ending:
+        log.error("run %s: compensation failed for good: %s", run.id, e)
+        _release(rt, claim, RunUpdate(
+            status="failed", error_code="compensation_failed",
+            error_message=f"compensation failed: {e} (the run was ending because: "
+                          f"{run.error_message or run.cancel_reason})", error_detail=detail),
+            {"kind": "finished", "status": "failed", "error": str(e)[:500]},
+            fence_cancel=False)
+        return "failed"
     log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap, e)
     _release(rt, claim, RunUpdate(status="queued", ending="failed", enqueue=True,
                                   error_code=code, error_message=str(e), error_detail=detail),

@@ -1,0 +1,206 @@
+"""What every command shares: the client, output in two forms, and the one
+place that turns an exception into an exit code and a one-line message.
+
+Exit codes (stable, for scripts):
+
+    0  ok
+    1  operational failure: a run failed or was cancelled under --wait, a
+       timeout, the database or broker unreachable, anything unexpected
+    2  bad input: malformed JSON, unknown agent/approval/effect, invalid ids
+    3  not found: no such run
+    4  invalid state: the run or approval does not allow that now
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import click
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+
+from agent_worker.errors import (
+    AgentWorkerError,
+    InvalidInputError,
+    InvalidStateError,
+    UnknownRunError,
+)
+
+OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE = 0, 1, 2, 3, 4
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def default_by() -> str:
+    """Who is acting, for the audit log, when ``--by`` is not given."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # no passwd entry (some containers)
+        return "cli"
+
+
+ByOpt = Annotated[str, typer.Option("--by", default_factory=default_by, show_default="cli:$USER",
+                                    help="Who is acting (recorded in the audit log).")]
+
+console = Console(highlight=False, soft_wrap=False)
+
+
+class CliFailure(Exception):
+    """Raised by a command to end with ``code`` and one line on stderr."""
+
+    def __init__(self, exit_code: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.exit_code, self.code = exit_code, code
+
+
+def client() -> Any:
+    """The default ``AgentWorker`` (store and Celery broker from settings);
+    imported late so ``--help`` never touches the database."""
+    from agent_worker.api import client as default_client
+
+    return default_client()
+
+
+def sql_store() -> Any:
+    """The ``SqlStore`` behind the client, for the read-only aggregates."""
+    from store.sql import SqlStore
+
+    store = client().rt.store
+    if not isinstance(store, SqlStore):
+        raise CliFailure(FAILED, "unsupported_store", "this command needs the SQL store")
+    return store
+
+
+# --- values ------------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values from records, pydantic models, datetimes and decimals."""
+    if isinstance(value, BaseModel):
+        return jsonable(value.model_dump(mode="json"))
+    if is_dataclass(value) and not isinstance(value, type):
+        return jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def emit_json(value: Any) -> None:
+    """One JSON document on its own line (scripts may read line by line)."""
+    sys.stdout.write(json.dumps(jsonable(value), sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def parse_json_arg(raw: str | None, what: str) -> Any:
+    """A JSON value given inline, as ``@file.json``, or ``-`` for stdin."""
+    if raw is None:
+        return None
+    try:
+        if raw == "-":
+            text = sys.stdin.read()
+        elif raw.startswith("@"):
+            text = Path(raw[1:]).read_text()
+        else:
+            text = raw
+    except OSError as e:
+        raise CliFailure(BAD_INPUT, "invalid_input", f"cannot read {what}: {e}") from e
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CliFailure(BAD_INPUT, "invalid_input", f"{what} is not valid JSON: {e}") from e
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def ago(when: datetime | None, at: datetime | None = None) -> str:
+    """``12s``, ``4m``, ``3h``, ``2d`` (empty for ``None``)."""
+    if when is None:
+        return ""
+    return span((at or now()) - when)
+
+
+def span(delta: Any) -> str:
+    seconds = delta.total_seconds() if hasattr(delta, "total_seconds") else float(delta)
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    if s < 60:
+        return f"{sign}{s:.0f}s"
+    if s < 3600:
+        return f"{sign}{s / 60:.0f}m"
+    if s < 86400:
+        return f"{sign}{s / 3600:.1f}h"
+    return f"{sign}{s / 86400:.1f}d"
+
+
+STATUS_STYLE = {"queued": "cyan", "running": "bold blue", "waiting": "yellow",
+                "sleeping": "magenta", "succeeded": "green", "failed": "bold red",
+                "cancelled": "dim"}
+
+
+def styled_status(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, '')}]{status}[/]"
+
+
+# --- errors --------------------------------------------------------------------------
+
+
+def classify(e: BaseException) -> tuple[int, str, str]:
+    """(exit code, error code, message) for anything a command raised."""
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(e, CliFailure):
+        return e.exit_code, e.code, str(e)
+    if isinstance(e, UnknownRunError):
+        return NOT_FOUND, e.code, str(e)
+    if isinstance(e, InvalidInputError):
+        return BAD_INPUT, e.code, str(e)
+    if isinstance(e, InvalidStateError):
+        return INVALID_STATE, e.code, str(e)
+    if isinstance(e, AgentWorkerError):
+        return FAILED, e.code, str(e)
+    if isinstance(e, click.UsageError):
+        return BAD_INPUT, "usage", e.format_message()
+    if isinstance(e, click.ClickException):
+        return e.exit_code or BAD_INPUT, "usage", e.format_message()
+    if isinstance(e, TimeoutError):
+        return FAILED, "timeout", str(e) or "timed out"
+    if isinstance(e, DBAPIError):
+        return FAILED, "store_unavailable", f"database error: {e.orig!r}"
+    if isinstance(e, ConnectionError | OSError):
+        return FAILED, "unavailable", f"{type(e).__name__}: {e}"
+    return FAILED, "internal", f"{type(e).__name__}: {e}"
+
+
+def report(exit_code: int, code: str, message: str) -> int:
+    """Write the single error line and hand back the exit code."""
+    line = " ".join(str(message).split())
+    if len(line) > 2000:
+        line = line[:1997] + "..."
+    sys.stderr.write(f"error: {code}: {line}\n")
+    sys.stderr.flush()
+    return exit_code
+
+
+def fail(exit_code: int, code: str, message: str) -> NoReturn:
+    raise CliFailure(exit_code, code, message)
+
+
+__all__ = ["BAD_INPUT", "FAILED", "INVALID_STATE", "NOT_FOUND", "OK", "ByOpt", "CliFailure",
+           "JsonOpt", "ago", "classify", "client", "console", "emit_json", "fail", "jsonable",
+           "parse_json_arg", "report", "span", "sql_store", "styled_status"]

@@ -1,0 +1,220 @@
+"""Plumbing every benchmark shares: its own Postgres databases and Redis db on the
+shared servers (never restarted), statistics, and the two storage measures.
+
+Storage is measured the same way for every system:
+
+* ``row_bytes``: the stored size of every row a run owns (``pg_column_size`` of
+  the row, TOAST-compressed values counted as stored) plus its 4-byte line
+  pointer. Exact per run; leaves out indexes and page slack.
+* ``disk_bytes``: the growth of ``pg_total_relation_size`` (heap, TOAST and
+  indexes) of the system's tables over a batch of runs, divided by the runs.
+  What the disk pays; page-granular, so coarse for small batches.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PG_ADMIN = os.environ.get("AGENT_WORKER_BENCH_PG",
+                          "postgresql://agent_worker@127.0.0.1:54329/agent_worker")
+REDIS = os.environ.get("AGENT_WORKER_BENCH_REDIS", "redis://127.0.0.1:63799")
+
+
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy URL as psycopg/libpq wants it."""
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+def sa_url(url: str) -> str:
+    """A libpq URL as SQLAlchemy wants it (psycopg 3 driver)."""
+    return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def create_database(name: str) -> str:
+    """A fresh database ``name`` on the shared server; returns its libpq URL."""
+    with psycopg.connect(libpq_url(PG_ADMIN), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return libpq_url(PG_ADMIN).rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(name: str) -> None:
+    with psycopg.connect(libpq_url(PG_ADMIN), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def server_settings() -> dict[str, str]:
+    """The Postgres settings that decide what a commit costs."""
+    names = ("server_version", "fsync", "synchronous_commit", "wal_sync_method",
+             "full_page_writes", "shared_buffers", "wal_level")
+    with psycopg.connect(libpq_url(PG_ADMIN), autocommit=True) as conn:
+        return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}  # type: ignore[index]
+
+
+class RedisDb:
+    """A Redis database number of our own, held by the lock file the test
+    suite uses, so a concurrent test session never shares it."""
+
+    def __init__(self) -> None:
+        self._lock: IO[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> RedisDb:
+        import redis
+
+        for db in range(15, 0, -1):
+            lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")  # noqa: SIM115
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                continue
+            self._lock, self.url = lock, f"{REDIS}/{db}"
+            break
+        else:
+            raise RuntimeError("every Redis database 1-15 is locked by a test session")
+        self.flush()
+        _ = redis
+        return self
+
+    def flush(self) -> None:
+        import redis
+
+        r = redis.Redis.from_url(self.url)
+        r.flushdb()
+        r.close()
+
+    def __exit__(self, *_: object) -> None:
+        if self._lock is not None:
+            self.flush()
+            self._lock.close()
+
+
+def summary(values: Iterable[float]) -> dict[str, float]:
+    """Median and spread (min, max, and the count) of repeated measurements."""
+    xs = sorted(values)
+    if not xs:
+        return {"median": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
+    return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs)}
+
+
+def repeat_ms(fn: Callable[[], object], times: int) -> dict[str, float]:
+    """Run ``fn`` ``times`` times; milliseconds per call, summarised."""
+    samples = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return summary(samples)
+
+
+def disk_bytes(url: str, tables: Iterable[str]) -> int:
+    """``pg_total_relation_size`` summed over ``tables`` (heap, TOAST, indexes)."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        total = 0
+        for t in tables:
+            row = conn.execute("SELECT pg_total_relation_size(%s::regclass)", (t,)).fetchone()
+            total += int(row[0]) if row else 0
+        return total
+
+
+def row_bytes(url: str, owners: Mapping[str, str], key: str) -> dict[str, int]:
+    """Stored bytes of the rows whose ``owners[table]`` column equals ``key``,
+    per table (row datum as stored plus a 4-byte line pointer)."""
+    out: dict[str, int] = {}
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+        for table, column in owners.items():
+            row = conn.execute(
+                f"SELECT coalesce(sum(pg_column_size(t.*) + 4), 0), count(*) "  # noqa: S608
+                f"FROM {table} t WHERE {column} = %s", (key,)).fetchone()
+            out[table] = int(row[0]) if row else 0
+            out[f"{table}_rows"] = int(row[1]) if row else 0
+    return out
+
+
+def total_row_bytes(per_table: Mapping[str, int]) -> int:
+    return sum(v for k, v in per_table.items() if not k.endswith("_rows"))
+
+
+@dataclass
+class Proc:
+    """A child process in its own process group (Celery worker, beat), so
+    stopping it stops its pool children too."""
+
+    args: list[str]
+    env: dict[str, str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self) -> Proc:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=out,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            return
+        if sig == signal.SIGKILL:
+            self.popen.wait(timeout=30)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            self.kill(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill(signal.SIGKILL)
+
+
+def celery_worker(env: Mapping[str, str], concurrency: int, name: str, log: Path,
+                  loglevel: str = "INFO") -> Proc:
+    """``celery -A tasks worker`` as deployed (prefork), in its own group."""
+    args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", loglevel,
+            "--concurrency", str(concurrency), "--pool", "prefork", "--without-mingle",
+            "--without-gossip", "-n", f"{name}-{os.getpid()}@%h"]
+    return Proc(args, dict(env), log).start()
+
+
+def celery_beat(env: Mapping[str, str], log: Path) -> Proc:
+    sched = log.with_suffix(".schedule")
+    args = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "WARNING",
+            "-s", str(sched)]
+    return Proc(args, dict(env), log).start()
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``cond`` until truthy; ``TimeoutError`` naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)

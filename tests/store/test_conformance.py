@@ -1,0 +1,151 @@
+"""One conformance suite for every Store implementation: SQLite (in-process
+mode) and Postgres (production). Pure store behaviour, no workers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agent_worker.errors import IdempotencyConflictError, LeaseLost
+from agent_worker.messages import Message
+from store.base import EffectIntent, LapCommit, NewRun, RunUpdate
+from store.migrate import upgrade
+from store.sql import SqlStore
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        upgrade(url)
+    else:
+        url = request.getfixturevalue("database_url")
+    s = SqlStore(url)
+    yield s
+    s.engine.dispose()
+
+
+def _new(run_id: str, now: datetime = NOW) -> NewRun:
+    return NewRun(id=run_id, tenant="t1", agent_name="a", agent_version="1", input={"x": 1},
+                  limits={}, retention="full",
+                  checkpoint={"schema_version": 2, "message_count": 1}, schema_version=2,
+                  messages=[Message(role="user", content="hi")], now=now)
+
+
+def _commit(store: SqlStore, run_id: str, lap: int, owner: str, seq: int,
+            enqueue: bool = True) -> bool:
+    return store.commit_lap(LapCommit(
+        run_id=run_id, lap=lap, owner=owner,
+        messages=[(seq, Message(role="assistant", content=f"lap {lap}"))],
+        checkpoint={"schema_version": 2, "message_count": seq + 1}, schema_version=2,
+        update=RunUpdate(status="queued", enqueue=enqueue), usage=(lap, 0, 0, 0),
+        event={}, now=NOW))
+
+
+def _uid(name: str) -> str:
+    import uuid
+
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def test_create_run_is_idempotent_on_id(store: SqlStore) -> None:
+    rid = _uid("r")
+    first, created = store.create_run(_new(rid))
+    again, created_again = store.create_run(_new(rid))
+    assert created and not created_again
+    assert first.id == again.id and first.created_at == again.created_at
+    assert [c[0] for c in store.list_checkpoints(rid)] == [0]
+
+
+def test_claim_is_exclusive_while_lease_lives(store: SqlStore) -> None:
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    a = store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
+    b = store.claim(rid, 1, owner="b", now=NOW + timedelta(seconds=5), lease_seconds=10,
+                    window_messages=10)
+    assert a is not None and b is None
+    assert [m.message.content for m in a.window] == ["hi"]
+
+
+def test_stale_owner_cannot_commit_after_lease_is_taken(store: SqlStore) -> None:
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=1, window_messages=10)
+    later = NOW + timedelta(seconds=5)
+    assert store.claim(rid, 1, owner="b", now=later, lease_seconds=10, window_messages=10)
+    assert _commit(store, rid, 1, "a", 1) is False
+    assert _commit(store, rid, 1, "b", 1) is True
+    assert _commit(store, rid, 1, "b", 1) is False  # the lap moved on
+    assert [c[0] for c in store.list_checkpoints(rid)] == [0, 1]
+    assert len(store.list_messages(rid)) == 2
+
+
+def test_wrong_lap_is_not_claimed(store: SqlStore) -> None:
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    assert store.claim(rid, 2, owner="a", now=NOW, lease_seconds=10, window_messages=10) is None
+
+
+def test_concurrent_claims_one_winner_on_postgres(database_url: str) -> None:
+    """A real race needs a server (SQLite serialises writers)."""
+    store = SqlStore(database_url)
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    wins: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def claim(owner: str) -> None:
+        barrier.wait()
+        if store.claim(rid, 1, owner=owner, now=NOW, lease_seconds=10, window_messages=10):
+            wins.append(owner)
+
+    threads = [threading.Thread(target=claim, args=(f"w{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.engine.dispose()
+    assert len(wins) == 1
+
+
+def test_effect_intent_refuses_other_arguments(store: SqlStore) -> None:
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
+    intent = EffectIntent(key=f"{rid}:1:0", run_id=rid, lap=1, call_index=0, tool_name="pay",
+                          tool_version="1", kind="idempotent", args_hash="h1", args={"a": 1})
+    row, created = store.begin_effect(intent, owner="a", now=NOW)
+    assert created and row.status == "pending"
+    again, created = store.begin_effect(intent, owner="a", now=NOW)
+    assert not created and again.attempts == 1
+    with pytest.raises(IdempotencyConflictError):
+        store.begin_effect(EffectIntent(**{**intent.__dict__, "args_hash": "h2"}), owner="a",
+                           now=NOW)
+    with pytest.raises(LeaseLost):
+        store.begin_effect(EffectIntent(**{**intent.__dict__, "key": f"{rid}:1:1"}),
+                           owner="intruder", now=NOW)
+    store.finish_effect(intent.key, status="applied", result={"ok": True}, error=None, now=NOW)
+    store.finish_effect(intent.key, status="failed", result=None, error="late", now=NOW)
+    [effect] = store.list_effects(rid)
+    assert effect.status == "applied" and effect.result == {"ok": True}
+
+
+def test_sweeper_recovers_expired_lease_and_overdue_queue(store: SqlStore) -> None:
+    rid, rid2 = _uid("dead"), _uid("lost")
+    store.create_run(_new(rid))
+    store.create_run(_new(rid2))
+    assert store.claim(rid, 1, owner="dead", now=NOW, lease_seconds=1, window_messages=10)
+    later = NOW + timedelta(seconds=120)
+    due = {d.run_id for d in store.sweep(now=later, overdue_before=later - timedelta(seconds=60))}
+    assert {rid, rid2} <= due
+    run = store.get_run(rid)
+    assert run is not None and run.status == "queued" and run.recoveries == 1
+    # A second sweep right after finds nothing new: sent laps are marked sent.
+    again = store.sweep(now=later, overdue_before=later - timedelta(seconds=60))
+    assert not {rid, rid2} & {d.run_id for d in again}

@@ -1,0 +1,53 @@
+"""Checkpoint schema versions: every released version has a fixture that must
+keep loading; unknown or newer versions are refused with a clear reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
+from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.errors import CheckpointVersionError
+
+FIXTURES = Path(__file__).parent / "checkpoints"
+
+
+@pytest.mark.parametrize("version", range(1, CHECKPOINT_SCHEMA_VERSION + 1))
+def test_every_released_version_loads(version: int) -> None:
+    state = json.loads((FIXTURES / f"v{version}.json").read_text())
+    ckpt = load_checkpoint(state)
+    assert ckpt.schema_version == CHECKPOINT_SCHEMA_VERSION
+    assert ckpt.lap == 7 and ckpt.message_count == 15
+    assert ckpt.facts == {"customer": "c-42"}
+    assert load_checkpoint(dump_checkpoint(ckpt)) == ckpt
+
+
+def test_newer_version_is_refused() -> None:
+    state = json.loads((FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION}.json").read_text())
+    state["schema_version"] = CHECKPOINT_SCHEMA_VERSION + 1
+    with pytest.raises(CheckpointVersionError, match="newer than this worker"):
+        load_checkpoint(state)
+
+
+@pytest.mark.parametrize("bad", [None, 0, "2", -1])
+def test_missing_or_invalid_version_is_refused(bad: object) -> None:
+    with pytest.raises(CheckpointVersionError, match="schema_version"):
+        load_checkpoint({"schema_version": bad, "lap": 1})
+
+
+def test_payload_not_matching_its_version_is_refused() -> None:
+    state = json.loads((FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION}.json").read_text())
+    state["budget"] = "lots"
+    with pytest.raises(CheckpointVersionError, match="does not match"):
+        load_checkpoint(state)
+
+
+def test_current_fixture_is_up_to_date() -> None:
+    """Adding a version means adding its fixture (and an upgrade step)."""
+    assert (FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION}.json").exists()
+    assert not (FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION + 1}.json").exists()
+    Checkpoint.model_validate(json.loads((FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION}.json")
+                                         .read_text()))
