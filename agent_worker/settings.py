@@ -115,3 +115,12 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The process's settings, read from the environment once."""
     return Settings()
+
+
+def config_table() -> str:
+    """The README's configuration table, generated from the field descriptions."""
+    rows = ["| variable | default | what it is for |", "|---|---|---|"]
+    for name, f in Settings.model_fields.items():
+        default = "" if f.default in ("", None) else f"`{f.default}`"
+        rows.append(f"| `AGENT_WORKER_{name.upper()}` | {default} | {f.description} |")
+    return "\n".join(rows)

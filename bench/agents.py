@@ -8,6 +8,9 @@ window it was given.
 
 from __future__ import annotations
 
+import os
+import time
+
 from agent_worker.agent import Agent, register
 from agent_worker.budget import Budget
 from agent_worker.messages import ModelRequest, ModelResponse
@@ -19,6 +22,10 @@ from bench.workload import AGENT_NAME, TOOL_NAME, USAGE, lap_spec, laps_of, tool
 @tool(name=TOOL_NAME)
 def read(path: str) -> str:
     """Read a note (does nothing: returns fixed text)."""
+    # Only the recovery benchmark sets this: it needs a lap slow enough to kill mid-way.
+    pause = float(os.environ.get("AGENT_WORKER_BENCH_TOOL_SLEEP") or 0)
+    if pause:
+        time.sleep(pause)
     return tool_output(path)
 
 

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,30 +37,38 @@ from bench.common import (
     total_row_bytes,
     wait_for,
 )
+from bench.agents import BENCH_AGENT
 from bench.workload import AGENT_NAME, plan, run_id
-from store.base import DueLap
+from store.base import DueLap, RunRecord
 from store.rows import checkpoints, runs
 from store.sql import SqlStore
 
 OWNERS = {"runs": "id", "checkpoints": "run_id", "messages": "run_id", "effects": "run_id",
           "events": "run_id", "approvals": "run_id", "signals": "run_id"}
 """Every table a run writes to, and the column naming the run."""
-WINDOW = 40
 
 
 class Deferred:
-    """A dispatcher that holds sends until ``flush``: lets the benchmark set the
-    plan before a worker can claim lap 1, and send 200 runs in one burst."""
+    """A dispatcher that, after ``hold()``, keeps sends until ``flush()``: lets the
+    benchmark set the plan before a worker can claim lap 1, and send 200 runs'
+    first laps in one burst. Otherwise it passes sends straight through."""
 
     def __init__(self, target: Any) -> None:
         self.target = target
-        self.held: list[DueLap] = []
+        self.held: list[DueLap] | None = None
+
+    def hold(self) -> None:
+        if self.held is None:
+            self.held = []
 
     def send(self, lap: DueLap) -> None:
-        self.held.append(lap)
+        if self.held is None:
+            self.target.send(lap)
+        else:
+            self.held.append(lap)
 
     def flush(self) -> None:
-        held, self.held = self.held, []
+        held, self.held = self.held or [], None
         for lap in held:
             self.target.send(lap)
 
@@ -78,6 +86,7 @@ def start(aw: AgentWorker, rid: str) -> None:
     """Create ``rid`` with the workload's plan; its first lap is held until the
     caller flushes the ``Deferred`` dispatcher."""
     assert isinstance(aw.rt.dispatcher, Deferred)
+    aw.rt.dispatcher.hold()
     aw.start_run(AGENT_NAME, {"task": "work through the plan"}, run_id=rid)
     assert isinstance(aw.rt.store, SqlStore)
     _with_plan(aw.rt.store, rid)
@@ -108,6 +117,7 @@ def inprocess_worker(url: str) -> tuple[InProcessWorker, Deferred]:
 def run_inprocess(w: InProcessWorker, deferred: Deferred, rid: str, n: int) -> float:
     """One whole run in this process; seconds from start_run to the run's end,
     not counting the benchmark's plan write."""
+    deferred.hold()
     t0 = time.perf_counter()
     w.start_run(AGENT_NAME, {"task": "work through the plan"}, run_id=rid)
     started = time.perf_counter() - t0
@@ -160,7 +170,7 @@ def bench_load(url: str, run_ids: dict[int, str], samples: int) -> dict[str, Any
     ``read``: the same data through the read-only history API.
     """
     store = SqlStore(sa_url(url))
-    window = max(get_settings().model_copy().model_dump().get("x", WINDOW), WINDOW)
+    window = BENCH_AGENT.window_messages
     out: dict[str, Any] = {}
     for n, rid in run_ids.items():
         def reset(lap: int = n, rid: str = rid) -> None:
@@ -170,7 +180,7 @@ def bench_load(url: str, run_ids: dict[int, str], samples: int) -> dict[str, Any
                     wake_at=None, lap_attempts=0))
 
         def claim(lap: int = n, rid: str = rid) -> None:
-            got = store.claim(rid, lap, owner="bench", now=datetime.now().astimezone(),
+            got = store.claim(rid, lap, owner="bench", now=datetime.now(UTC),
                               lease_seconds=30, window_messages=window)
             if got is None or len(got.window) < min(window, 2 * lap - 1):
                 raise RuntimeError(f"claim of {rid} lap {lap} loaded {got and len(got.window)}")
@@ -335,22 +345,21 @@ def bench_recovery(url: str, broker: str, repeats: int, prefix: str,
         _run_celery(aw, deferred, run_id(f"{prefix}w", 3, 0), 3, timeout=120)
         gaps = []
         for rep in range(repeats):
-            rid = run_id(f"{prefix}r{rep}", 40, 0)
+            rid = run_id(f"{prefix}r{rep}", 8, 0)
             start(aw, rid)
             deferred.flush()
-            wait_for(lambda rid=rid: _lap_running(store, rid, 3), 60, "lap 3 running")
-            owner = _owner(store, rid)
-            victim = _proc_of(procs, int(owner.split(":")[1]))
-            killed_lap = _lap_of(store, rid)
-            killed_at = datetime.now().astimezone()
+            run = wait_for(lambda rid=rid: _running(store, rid, 3), 60, "lap 3 running",
+                           interval=0.01)
+            victim = _proc_of(procs, int(str(run.lease_owner).split(":")[1]))
+            killed_at = datetime.now(UTC)
             victim.kill(signal.SIGKILL)
             procs.remove(victim)
-            procs.append(celery_worker(env, 1, f"bench-rec{len(procs) + rep + 2}",
-                                       logdir / f"rec-re{rep}.log"))
-            committed = wait_for(lambda rid=rid, lap=killed_lap: _committed_at(store, rid, lap),
-                                 60, f"lap {killed_lap} recommitted")
+            committed = wait_for(
+                lambda rid=rid, lap=run.next_lap: _committed_at(store, rid, lap), 60,
+                f"lap {run.next_lap} recommitted")
             gaps.append((committed - killed_at).total_seconds())
             log(f"ours recovery #{rep}: {gaps[-1]:.2f} s")
+            procs.append(celery_worker(env, 1, f"bench-rec{rep}", logdir / f"rec-re{rep}.log"))
             wait_for(lambda rid=rid: _finished(store, [rid]), 120, "recovered run to finish")
         return {"seconds": summary(gaps), "lease_ttl_s": 3.0, "sweep_interval_s": 0.5}
     finally:
@@ -360,21 +369,10 @@ def bench_recovery(url: str, broker: str, repeats: int, prefix: str,
         store.engine.dispose()
 
 
-def _lap_of(store: SqlStore, rid: str) -> int:
+def _running(store: SqlStore, rid: str, lap: int) -> RunRecord | None:
+    """The run while a worker holds lap ``lap`` or later, else ``None``."""
     run = store.get_run(rid)
-    assert run is not None
-    return run.next_lap
-
-
-def _lap_running(store: SqlStore, rid: str, lap: int) -> bool:
-    run = store.get_run(rid)
-    return run is not None and run.next_lap >= lap and run.lease_owner is not None
-
-
-def _owner(store: SqlStore, rid: str) -> str:
-    run = store.get_run(rid)
-    assert run is not None and run.lease_owner is not None
-    return run.lease_owner
+    return run if run is not None and run.next_lap >= lap and run.lease_owner else None
 
 
 def _proc_of(procs: list[Proc], pid: int) -> Proc:

@@ -258,3 +258,47 @@ def _chaos_mix(r: ModelRequest) -> ModelResponse:
 
 register(Agent(name="chaos-mix", model=lambda: ScriptedModel(_chaos_mix), tools=[step, pay],
                window_messages=8, budget=Budget(max_laps=1000)))
+
+
+# --- issue 5: pauses through real workers -------------------------------------------
+
+
+class OffsetClock:
+    """Wall-clock time plus an offset kept in a file: a clock a test can move
+    forward for every process of a fleet at once (workers, the sweeper, the API),
+    so timers and timeouts fire without the test sleeping through them."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+
+    def offset(self) -> timedelta:
+        try:
+            with open(self.path) as f:
+                return timedelta(seconds=float(f.read() or 0))
+        except FileNotFoundError:
+            return timedelta(0)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset()
+
+    def advance(self, **delta: float) -> datetime:
+        moved = self.offset() + timedelta(**delta)
+        with open(self.path + ".tmp", "w") as f:
+            f.write(str(moved.total_seconds()))
+        os.replace(self.path + ".tmp", self.path)
+        return self.now()
+
+
+if os.environ.get("AGENT_WORKER_TEST_CLOCK_FILE"):
+    # A worker started with a test clock reads time from it (leases included).
+    from agent_worker.clock import SystemClock
+
+    _fleet_clock = OffsetClock(os.environ["AGENT_WORKER_TEST_CLOCK_FILE"])
+    SystemClock.now = lambda self: _fleet_clock.now()  # type: ignore[method-assign]
+
+
+# ``loop`` with a price for the scripted model, so a run has a cost to budget:
+# each lap costs 100 * 1 + 20 * 2 = 140 micro-units.
+register(Agent(name="priced-loop", model=lambda: ScriptedModel(_loop), tools=[step],
+               window_messages=2000, budget=Budget(max_laps=1000),
+               prices={"scripted": {"input_per_mtok": "1", "output_per_mtok": "2"}}))

@@ -47,7 +47,7 @@ SOFT_SHUTDOWN_SECONDS = 20
 KUBERNETES_VERSION = "1.30"
 # The canonical worker command; every deploy flavour must run exactly this.
 WORKER_ARGS = shlex.split(
-    "-A tasks worker --queues laps,maint --concurrency 4 --loglevel INFO --without-mingle"
+    "-A tasks worker --concurrency 4 --loglevel INFO --without-mingle"
 )
 APP_IMAGE = "registry.example.com/agent-worker"
 REQUIRED_ENV = {
