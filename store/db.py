@@ -10,8 +10,7 @@ from sqlalchemy import Engine, create_engine, event
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine tuned for short lap transactions.
 
-    ``pool_pre_ping`` makes a worker survive a Postgres restart without a
-    restart of its own; SQLite gets WAL and a busy timeout so the in-process
+    SQLite gets WAL and a busy timeout so the in-process
     mode tolerates a second reader.
     """
     if url.startswith("sqlite"):
@@ -28,4 +27,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if "poolclass" not in kwargs:
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 5)
-    return create_engine(url, pool_pre_ping=True, **kwargs)
+    # No pre-ping: it costs a round trip per transaction (three per lap). A
+    # connection that died with a Postgres restart fails its first statement
+    # as a disconnect, SQLAlchemy invalidates the pool, and store.retry reruns
+    # the whole transaction on a fresh connection.
+    return create_engine(url, **kwargs)

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, literal, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
@@ -232,18 +233,25 @@ class SqlStore:
         self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
     ) -> Message:
         def tx(conn: Connection) -> Message:
+            # One statement in the common case: insert only while we hold the
+            # lease; a conflict means an earlier attempt journaled first.
+            holds_lease = select(runs.c.id).where(
+                runs.c.id == run_id, runs.c.next_lap == lap, runs.c.lease_owner == owner,
+                runs.c.cancel_requested_at.is_(None)).exists()
+            row = {"run_id": run_id, "seq": seq, "lap": lap, "body": message_body(message),
+                   "created_at": now}
+            source = select(*[literal(v, type_=messages.c[k].type).label(k)
+                              for k, v in row.items()]).where(holds_lease)
+            inserted = conn.execute(
+                messages_insert(conn).from_select(list(row), source)
+                .on_conflict_do_nothing().returning(messages.c.seq)).first()
+            if inserted is not None:
+                return message
             fence(conn, run_id, lap, owner, now, cancel=True)
             existing = conn.execute(
                 select(messages.c.body).where(messages.c.run_id == run_id, messages.c.seq == seq)
-            ).scalar()
-            if existing is not None:
-                return Message.model_validate(existing)
-            conn.execute(
-                insert(messages).values(
-                    run_id=run_id, seq=seq, lap=lap, body=message_body(message), created_at=now
-                )
-            )
-            return message
+            ).scalar_one()
+            return Message.model_validate(existing)
 
         return self._tx(tx)
 
@@ -478,6 +486,12 @@ class SqlStore:
                 conn.execute(delete(t).where(t.c.run_id == run_id))
             conn.execute(delete(runs).where(runs.c.id == run_id))
         self._tx(tx)
+
+
+def messages_insert(conn: Connection) -> Any:
+    """The dialect's INSERT (both have ON CONFLICT DO NOTHING)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(messages)
 
 
 __all__ = ["SqlStore"]
