@@ -8,6 +8,7 @@ import json
 import os
 import random
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent_worker.agent import Agent, register
@@ -69,7 +70,7 @@ def book(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
 @book.compensator
 def _unbook(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, Any]:
     with _vendor() as v:
-        return v.notice(f"undo:{args['order_id']}", "compensated",
+        return v.notice(f"undo-{args['order_id']}@vendor.test", "compensated",
                         idempotency_key=ctx.idempotency_key)
 
 
@@ -302,3 +303,24 @@ if os.environ.get("AGENT_WORKER_TEST_CLOCK_FILE"):
 register(Agent(name="priced-loop", model=lambda: ScriptedModel(_loop), tools=[step],
                window_messages=2000, budget=Budget(max_laps=1000),
                prices={"scripted": {"input_per_mtok": "1", "output_per_mtok": "2"}}))
+
+
+def _llm_url() -> str:
+    return os.environ["AGENT_WORKER_TEST_LLM_URL"]
+
+
+def _openai() -> Any:
+    from agent_worker.model.openai_client import OpenAIChatModel
+
+    return OpenAIChatModel("gpt-4o-mini", base_url=_llm_url() + "/v1", max_retries=3)
+
+
+def _anthropic() -> Any:
+    from agent_worker.model.anthropic_client import AnthropicModel
+
+    return AnthropicModel("claude-haiku-4-5", base_url=_llm_url(), max_retries=3)
+
+
+# Real provider clients against the loopback fake server (tests/integration/test_providers.py).
+register(Agent(name="openai-agent", model=_openai, tools=[step], window_messages=200))
+register(Agent(name="anthropic-agent", model=_anthropic, tools=[step], window_messages=200))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import sys
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
@@ -50,7 +51,9 @@ def default_by() -> str:
 ByOpt = Annotated[str, typer.Option("--by", default_factory=default_by, show_default="cli:$USER",
                                     help="Who is acting (recorded in the audit log).")]
 
-console = Console(highlight=False, soft_wrap=False)
+# Piped output is for grep and less, not an 80-column terminal: don't wrap tables.
+console = Console(highlight=False,
+                  width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
 
 
 class CliFailure(Exception):
@@ -174,10 +177,8 @@ def classify(e: BaseException) -> tuple[int, str, str]:
         return INVALID_STATE, e.code, str(e)
     if isinstance(e, AgentWorkerError):
         return FAILED, e.code, str(e)
-    if isinstance(e, click.UsageError):
-        return BAD_INPUT, "usage", e.format_message()
-    if isinstance(e, click.ClickException):
-        return e.exit_code or BAD_INPUT, "usage", e.format_message()
+    if _is_usage_error(e):
+        return BAD_INPUT, "usage", str(getattr(e, "format_message", e.__str__)())
     if isinstance(e, TimeoutError):
         return FAILED, "timeout", str(e) or "timed out"
     if isinstance(e, DBAPIError):
@@ -185,6 +186,13 @@ def classify(e: BaseException) -> tuple[int, str, str]:
     if isinstance(e, ConnectionError | OSError):
         return FAILED, "unavailable", f"{type(e).__name__}: {e}"
     return FAILED, "internal", f"{type(e).__name__}: {e}"
+
+
+def _is_usage_error(e: BaseException) -> bool:
+    """Click's and typer's (which vendors its own click) usage errors."""
+    if isinstance(e, click.ClickException):
+        return True
+    return any(c.__name__ in ("ClickException", "UsageError") for c in type(e).__mro__)
 
 
 def report(exit_code: int, code: str, message: str) -> int:

@@ -152,6 +152,8 @@ def test_warm_shutdown_hands_the_lap_back_promptly(aw: AgentWorker, fleet: Fleet
     wait_for(lambda: aw.get_run(run.id).next_lap > lap, timeout=90,
              what=f"lap {lap} completed by the remaining worker")
     recovered = time.monotonic() - sent
+    print(f"warm shutdown: worker left after {exited:.1f}s, lap {lap} recovered after "
+          f"{recovered:.1f}s")
     done = aw.wait(run.id, timeout=120)
     assert done.status == "succeeded", done.error_detail
     assert_loop_run_whole(aw, run.id, 3)
