@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint
+from agent_worker.engine.compaction import Summarizer, extractive_summary
 from agent_worker.errors import UnknownAgentError
 from agent_worker.model.protocol import ModelClient
 from agent_worker.tools import Tool
@@ -32,7 +33,9 @@ class Agent:
     """What a run executes: a model, tools, instructions and limits.
 
     ``model`` is a client or a zero-argument factory (called once per worker
-    process, so clients holding sockets are never shared across fork).
+    process, so clients holding sockets are never shared across fork). With
+    ``compact_after`` set, once that many messages have fallen out of the
+    ``window_messages`` window they are folded into a recorded summary.
     """
 
     name: str
@@ -44,6 +47,8 @@ class Agent:
     input_model: type[BaseModel] | None = None
     window_messages: int = 40
     window_tokens: int = 100_000
+    compact_after: int | None = None
+    summarize: Summarizer = extractive_summary
     retention: Retention = "full"
     approval_owner: str | None = None
     approval_timeout: timedelta = timedelta(days=7)

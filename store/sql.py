@@ -183,12 +183,16 @@ class SqlStore:
                 )
             ).scalar_one()
             count = int(state.get("message_count", 0))
-            start = max(count - window_messages, int(state.get("summary_seq") or 0), 0)
+            start = max(count - window_messages, 0)
+            in_window = messages.c.seq >= start
+            summary = state.get("summary_seq")
+            if summary is not None:  # the compaction summary, wherever it sits
+                in_window = or_(in_window, messages.c.seq == int(summary))
             loaded = [
                 to_message(m)
                 for m in conn.execute(
                     select(messages.c.seq, messages.c.lap, messages.c.body)
-                    .where(messages.c.run_id == run_id, messages.c.seq >= start)
+                    .where(messages.c.run_id == run_id, in_window)
                     .order_by(messages.c.seq)
                 )
             ]

@@ -19,6 +19,7 @@ from agent_worker.budget import Budget
 from agent_worker.demo.vendor import VendorClient
 from agent_worker.errors import ToolError
 from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.model.protocol import ModelClient
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 
@@ -95,12 +96,31 @@ def _script(request: ModelRequest) -> ModelResponse:
         "body": f"Your order {order} was refunded ({params.reason})."})])
 
 
+def demo_model() -> ModelClient:
+    """A real provider when ``AGENT_WORKER_DEMO_MODEL`` names one and its key is
+    set (``openai:gpt-4o-mini``, ``anthropic:claude-haiku-4-5``; an OpenAI-compatible
+    server via ``OPENAI_BASE_URL``), else the scripted model."""
+    provider, _, model = os.environ.get("AGENT_WORKER_DEMO_MODEL", "").partition(":")
+    if provider == "openai" and os.environ.get("OPENAI_API_KEY"):
+        from agent_worker.model.openai_client import OpenAIChatModel
+
+        return OpenAIChatModel(model or "gpt-4o-mini",
+                               base_url=os.environ.get("OPENAI_BASE_URL"))
+    if provider == "anthropic" and os.environ.get("ANTHROPIC_API_KEY"):
+        from agent_worker.model.anthropic_client import AnthropicModel
+
+        return AnthropicModel(model or "claude-haiku-4-5")
+    return ScriptedModel(_script)
+
+
 refund_desk = register(Agent(
     name="refund-desk",
-    model=lambda: ScriptedModel(_script),
+    model=demo_model,
     tools=[list_orders, get_order, refund, send_notice],
-    instructions="You are a refund desk. Refund each listed order once and notify the "
-                 "customer.",
+    instructions="You are a refund desk. The user message says how many orders to handle. "
+                 "List them, read each order, refund its amount once, then email the "
+                 "customer a notice. When every order is done, answer with JSON "
+                 '{"refunded": N, "total_cents": T}.',
     input_model=DemoInput,
     window_messages=120,
     budget=Budget(max_laps=60),

@@ -28,6 +28,7 @@ from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
 from agent_worker.engine.calls import CallRunner, Pause
+from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.engine.saga import compensate
 from agent_worker.engine.window import build_request
@@ -243,11 +244,16 @@ class _Lap:
         if pause is not None and pause.waiting_for and pause.waiting_for.startswith("effect:"):
             return self._hold_for_effect(pause)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
+        summary = self._compaction(ckpt, seq + len(results))
+        summary_seq = ckpt.summary_seq
+        if summary is not None:
+            summary_seq = seq + len(results)
+            results.append(summary)
         new_messages = [(seq + i, m) for i, m in enumerate(results)]
         next_ckpt = ckpt.model_copy(update={
             "lap": claim.lap, "budget": ledger, "pending_calls": tuple(remaining),
             "message_count": seq + len(results), "agent_version": agent.version,
-            "schema_version": CHECKPOINT_SCHEMA_VERSION})
+            "summary_seq": summary_seq, "schema_version": CHECKPOINT_SCHEMA_VERSION})
         update = self._next_status(assistant, calls, pause)
         self._mark("commit")
         committed = self.rt.store.commit_lap(LapCommit(
@@ -297,6 +303,24 @@ class _Lap:
         self._mark("model", replayed=False, tool_calls=len(journaled.tool_calls))
         fault("after_model_journal")
         return journaled
+
+    def _compaction(self, ckpt: Checkpoint, count: int) -> Message | None:
+        """A new cumulative summary, when enough messages left the window."""
+        every = self.agent.compact_after
+        if not every:
+            return None
+        previous = next((m.message for m in self.claim.window if m.seq == ckpt.summary_seq),
+                        None)
+        covered = summary_end(previous) if previous is not None else 0
+        end = count - self.agent.window_messages
+        if end - covered < every:
+            return None
+        older = [m.message for m in self.rt.store.list_messages(
+            self.claim.run.id, start=covered, end=end) if not (m.message.meta or {}).get(
+                "summary_of")]
+        before = previous.content.split("\n", 1)[-1] if previous is not None else None
+        self._mark("compaction", covered=[covered, end])
+        return summary_message(self.agent.summarize(before, older), end)
 
     def _next_status(self, assistant: Message | None, calls: list[PendingCall],
                      pause: Pause | None) -> RunUpdate:

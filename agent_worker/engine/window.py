@@ -8,6 +8,7 @@ import json
 
 from agent_worker.agent import Agent
 from agent_worker.checkpoint import Checkpoint
+from agent_worker.engine.compaction import summary_end
 from agent_worker.messages import Message, ModelRequest
 from store.base import StoredMessage
 
@@ -23,7 +24,9 @@ def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
     """The model's input for ``lap``: instructions, pinned facts and plan, the
     latest compaction summary if any, then recent messages within the agent's
     message and token limits."""
-    messages = [m.message for m in window]
+    summary = next((m for m in window if m.seq == checkpoint.summary_seq), None)
+    covered = summary_end(summary.message) if summary is not None else 0
+    messages = [m.message for m in window if m.seq >= covered and m is not summary]
     budget = agent.window_tokens
     kept: list[Message] = []
     used = 0
@@ -36,6 +39,8 @@ def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
     # A window must not open on tool results whose call it no longer shows.
     while kept and kept[0].role == "tool":
         kept.pop(0)
+    if summary is not None:
+        kept.insert(0, summary.message.model_copy(update={"meta": None}))
     instructions = agent.instructions
     if checkpoint.facts:
         instructions += "\n\nPinned facts:\n" + json.dumps(checkpoint.facts, sort_keys=True)

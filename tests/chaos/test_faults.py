@@ -158,8 +158,13 @@ def test_warm_shutdown_hands_the_lap_back_promptly(aw: AgentWorker, fleet: Fleet
     assert done.status == "succeeded", done.error_detail
     assert_loop_run_whole(aw, run.id, 3)
     assert exited < soft + 15, f"worker took {exited:.1f}s to leave"
-    visibility_timeout = 7200  # settings default; anything near it means the sweeper failed
-    assert recovered < 45 < visibility_timeout, f"lap {lap} took {recovered:.1f}s to recover"
+    assert "Restoring 1 unacknowledged message" in leaving.log.read_text(errors="replace")
+    # Handed back, then claimable once the leaving child's lease lapses (the sweeper
+    # re-sends it), then re-run: bounded by the settings, nowhere near the broker's
+    # visibility timeout (7200 s).
+    ttl = float(fleet.env["AGENT_WORKER_LEASE_TTL_SECONDS"])
+    bound = soft + ttl + 6.0 + 15
+    assert recovered < bound, f"lap {lap} took {recovered:.1f}s to recover (bound {bound}s)"
 
 
 # --- 3. Redis ---------------------------------------------------------------------

@@ -1,0 +1,356 @@
+"""Every ``agent-worker`` command as a subprocess against real Postgres and
+Redis, its ``--json`` output parsed, its exit code and one-line errors checked.
+
+One worker and one beat serve the whole module, both started through the CLI
+(``agent-worker worker`` / ``beat``), so those two commands are exercised for
+real. The worker arms one fault (``after_intent@book``) so a run can end up
+with an effect of unknown outcome for ``effects resolve``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_worker.demo.vendor import VendorProcess, start_vendor
+from tests.support import ROOT, TEST_AGENTS, Proc, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+    @property
+    def lines(self) -> list[Any]:
+        """JSON Lines output (``--watch``, ``tail``)."""
+        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
+
+
+@dataclass
+class Cli:
+    env: dict[str, str]
+    tmp: Path
+    vendor: VendorProcess
+    worker: Proc
+
+    def __call__(self, *args: str, code: int = 0, timeout: float = 180,
+                 **env: str) -> Result:
+        done = subprocess.run([sys.executable, "-m", "agent_worker.cli", *args],
+                              env={**self.env, **env}, cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout)
+        result = Result(done.returncode, done.stdout, done.stderr)
+        assert result.code == code, (args, result)
+        if code != 0:
+            assert_one_error_line(result)
+        return result
+
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 90) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            run: dict[str, Any] = self("runs", "show", run_id, "--json").json
+            return run if run["status"] in statuses else None
+
+        found: dict[str, Any] = wait_for(check, timeout=timeout, interval=0.5,
+                                         what=f"{run_id} in {statuses}")
+        return found
+
+
+def assert_one_error_line(result: Result) -> None:
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    assert "Traceback" not in result.err
+
+
+@pytest.fixture(scope="module")
+def cli(database_url: str, broker_url: str,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    """The ``worker_env`` settings (short lease and sweep), at module scope so one
+    worker and one beat serve every test here."""
+    tmp = tmp_path_factory.mktemp("cli")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
+    env.update(
+        PYTHONPATH=str(ROOT), COLUMNS="200",
+        AGENT_WORKER_DATABASE_URL=database_url, AGENT_WORKER_BROKER_URL=broker_url,
+        AGENT_WORKER_AGENT_MODULES=TEST_AGENTS, AGENT_WORKER_LEASE_TTL_SECONDS="3",
+        AGENT_WORKER_HEARTBEAT_INTERVAL_SECONDS="1", AGENT_WORKER_SWEEP_INTERVAL_SECONDS="0.5",
+        AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5", AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
+        AGENT_WORKER_MAX_LAP_ATTEMPTS="2", AGENT_WORKER_FAULT_DIR=str(tmp / "faults"),
+    )
+    vendor = start_vendor(tmp / "vendor.db")
+    env["AGENT_WORKER_VENDOR_URL"] = vendor.url
+    cli_cmd = [sys.executable, "-m", "agent_worker.cli"]
+    worker = Proc([*cli_cmd, "worker", "--concurrency", "2", "--without-gossip",
+                   "-n", f"cli-{os.getpid()}@%h"],
+                  {**env, "AGENT_WORKER_FAULTS": "after_intent@book",
+                   "AGENT_WORKER_LOG_JSON": "true"}, tmp / "worker.log").start()
+    beat = Proc([*cli_cmd, "beat", "--schedule", str(tmp / "beat.db")], env,
+                tmp / "beat.log").start()
+    try:
+        yield Cli(env, tmp, vendor, worker)
+    finally:
+        for p in (worker, beat):
+            p.kill(signal.SIGKILL)
+        vendor.stop()
+
+
+# --- no worker needed ------------------------------------------------------------------
+
+
+def test_db_upgrade_and_launch_commands(cli: Cli) -> None:
+    db = cli("db", "upgrade", "--json").json
+    assert db["revision"] and "@" in db["database"]
+    argv = cli("worker", "--dry-run", "--json", "--concurrency", "3").json["argv"]
+    assert argv[1:6] == ["-m", "celery", "-A", "tasks", "worker"]
+    queues = argv[argv.index("--queues") + 1].split(",")
+    assert "laps.loop.v1" in queues and "laps.refund-desk.v1" in queues and "maint" in queues
+    assert argv[-2:] == ["--concurrency", "3"], "extra arguments pass through"
+    custom = cli("worker", "--dry-run", "--json", "-Q", "only").json["argv"]
+    assert "--queues" not in custom and custom[-2:] == ["-Q", "only"]
+    beat = cli("beat", "--dry-run", "--json", "--schedule", "/tmp/s.db").json["argv"]
+    assert beat[4:6] == ["tasks", "beat"] and beat[beat.index("--schedule") + 1] == "/tmp/s.db"
+
+
+def test_bad_input_exit_codes(cli: Cli) -> None:
+    err = cli("submit", "no-such-agent", "--json", code=2).err
+    assert err.startswith("error: unknown_agent: ")
+    assert "not valid JSON" in cli("submit", "loop", "--input", "{nope", code=2).err
+    assert cli("submit", "loop", "--input", "@/nonexistent.json", code=2).err
+    assert cli("submit", "loop", "--run-id", "bad id!", code=2).err.startswith(
+        "error: invalid_input")
+    assert cli("runs", "show", "no-such-run", "--json", code=3).err.startswith(
+        "error: unknown_run: ")
+    assert cli("cancel", "no-such-run", "--reason", "x", code=3).err
+    assert cli("runs", "show", code=2).err.startswith("error: usage: ")
+    assert cli("runs", "list", "--bogus", code=2).err.startswith("error: usage: ")
+    assert "unknown effect" in cli("effects", "resolve", "nope:1:0", "--applied", code=2).err
+    assert cli("effects", "resolve", "nope:1:0", code=2).err
+    assert cli("approve", "no-such-approval", code=2).err
+
+
+# --- with the module's worker ---------------------------------------------------------------
+
+
+def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) -> None:
+    (cli.tmp / "input.json").write_text(json.dumps({"laps": 3}))
+    run = cli("submit", "loop", "--input", f"@{cli.tmp / 'input.json'}", "--run-id",
+              "cli-loop-1", "--tenant", "cli-t1", "--wait", "--timeout", "120", "--json").json
+    assert run["id"] == "cli-loop-1" and run["status"] == "succeeded"
+    assert run["result"] == {"laps": 3} and run["lap"] == 3 and run["tenant"] == "cli-t1"
+    again = cli("submit", "loop", "--input", '{"laps": 3}', "--run-id", "cli-loop-1",
+                "--json").json
+    assert again["id"] == "cli-loop-1" and again["status"] == "succeeded", "idempotent id"
+
+    listed = cli("runs", "list", "--tenant", "cli-t1", "--json").json
+    assert [r["id"] for r in listed] == ["cli-loop-1"]
+    assert cli("runs", "list", "--tenant", "cli-t1", "--status", "failed", "--json").json == []
+    assert [r["id"] for r in cli("runs", "list", "--agent", "loop", "--agent-version", "1",
+                                 "--status", "succeeded", "--limit", "500", "--json").json
+            if r["id"] == "cli-loop-1"] == ["cli-loop-1"]
+    human = cli("runs", "list", "--tenant", "cli-t1")
+    assert "cli-loop-1" in human.out and "succeeded" in human.out
+
+    shown = cli("runs", "show", "cli-loop-1", "--laps", "--json").json
+    assert shown["budget"]["laps"] == {"used": 3, "limit": 1000}
+    assert shown["since_checkpoint_seconds"] >= 0 and shown["pending_approvals"] == []
+    assert [lap["lap"] for lap in shown["laps"]] == [1, 2, 3]
+    first = shown["laps"][0]
+    assert first["model"]["tool_calls"] == [{"name": "step", "arguments": {"n": 1,
+                                                                          "pause": 0.0}}]
+    assert first["tools"][0]["name"] == "step" and first["tools"][0]["ms"] is not None
+    assert [t["step"] for t in first["trace"]] == ["model", "tool", "commit"]
+    assert shown["laps"][2]["model"]["text"] == '{"laps": 3}' and not shown["laps"][2]["tools"]
+    assert "lap 2" in cli("runs", "show", "cli-loop-1", "--laps", "--last", "2").out
+
+    # An agent that declares a plan in its checkpoint: progress shows against it.
+    from sqlalchemy import create_engine, select, update
+
+    from store.rows import checkpoints
+
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        where = (checkpoints.c.run_id == "cli-loop-1", checkpoints.c.lap == 3)
+        state = dict(conn.execute(select(checkpoints.c.state).where(*where)).scalar_one())
+        state["plan"] = [{"title": "read", "done": True}, {"title": "write", "done": False}]
+        conn.execute(update(checkpoints).where(*where).values(state=state))
+    engine.dispose()
+    row = cli("runs", "list", "--tenant", "cli-t1", "--json").json[0]
+    assert row["plan"] == {"done": 1, "total": 2, "next": "write"}
+    assert "1/2" in cli("runs", "list", "--tenant", "cli-t1").out
+
+
+def test_tail_and_watch_follow_laps(cli: Cli) -> None:
+    run = cli("submit", "loop", "--input", '{"laps": 4, "pause": 0.2}', "--tenant",
+              "cli-batch", "--json").json
+    events = cli("runs", "tail", run["id"], "--last", "1000", "--interval", "0.2",
+                 "--timeout", "120", "--json").lines
+    laps = [e["lap"] for e in events if e["event"] == "lap_committed"]
+    assert laps == [1, 2, 3, 4]
+    assert all(e["tools"][0]["name"] == "step" for e in events
+               if e["event"] == "lap_committed" and e["lap"] < 4)
+    assert events[-1]["event"] == "end" and events[-1]["run"]["status"] == "succeeded"
+
+    cli("submit", "loop", "--input", '{"laps": 3, "pause": 0.2}', "--tenant", "cli-batch")
+    frames = cli("runs", "list", "--tenant", "cli-batch", "--watch", "--until-done",
+                 "--interval", "0.3", "--json").lines
+    assert frames[-1]["total"] == 2 and frames[-1]["finished"] == 2
+    assert frames[-1]["by_status"] == {"succeeded": 2}
+    assert cli("runs", "list", "--tenant", "cli-batch", "--watch", "--count", "1",
+               "--json").lines[0]["total"] == 2
+
+
+def test_stale_filter(cli: Cli, database_url: str) -> None:
+    """A run no worker serves sits queued with no checkpoint: it shows as stale."""
+    from agent_worker.agent import Agent, register
+    from agent_worker.api import AgentWorker
+    from agent_worker.model.scripted import ScriptedModel, turn
+    from agent_worker.runtime import Runtime
+    from agent_worker.settings import Settings
+    from store.sql import SqlStore
+
+    class Drop:
+        def send(self, lap: object) -> None:
+            pass
+
+    register(Agent(name="cli-orphan", model=lambda: ScriptedModel(lambda r: turn("x"))))
+    store = SqlStore(database_url)
+    aw = AgentWorker(Runtime(store=store, dispatcher=Drop(),
+                             settings=Settings(database_url=database_url)))
+    orphan = aw.start_run("cli-orphan", {})
+    try:
+        def stale_ids() -> set[str]:
+            rows = cli("runs", "list", "--stale", "--json",
+                       AGENT_WORKER_STALE_AFTER_SECONDS="0.5").json
+            return {r["id"] for r in rows if r["stale"]}
+
+        wait_for(lambda: orphan.id in stale_ids(), timeout=30, interval=0.5, what="stale")
+        assert orphan.id not in {r["id"] for r in cli("runs", "list", "--stale",
+                                                        "--json").json}
+    finally:
+        store.delete_run(orphan.id)
+        store.engine.dispose()
+
+
+def test_approve_and_reject(cli: Cli) -> None:
+    plan = {"plan": [["wire_money", {"account": "cli-a1", "amount_cents": 250}]]}
+    approved = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
+    rejected = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
+    for run_id in (approved, rejected):
+        cli.wait_status(run_id, "waiting")
+    inbox = cli("approvals", "list", "--json").json
+    mine = {a["run_id"]: a for a in inbox if a["run_id"] in (approved, rejected)}
+    assert set(mine) == {approved, rejected}
+    assert mine[approved]["tool"] == "wire_money" and mine[approved]["owner"] == "ops"
+    shown = cli("runs", "show", approved, "--json").json
+    assert shown["waiting_for"] == f"approval:{mine[approved]['id']}"
+    assert [a["id"] for a in shown["pending_approvals"]] == [mine[approved]["id"]]
+
+    decided = cli("approve", mine[approved]["id"], "--by", "alice", "--comment", "ok",
+                  "--json").json
+    assert decided["status"] == "approved" and decided["decided_by"] == "alice"
+    assert cli("reject", rejected, "--by", "bob", "--comment", "no", "--json").json[
+        "status"] == "rejected"
+    assert cli.wait_status(approved, "succeeded")["status"] == "succeeded"
+    assert cli.wait_status(rejected, "succeeded")["status"] == "succeeded"
+    err = cli("approve", mine[approved]["id"], "--by", "alice", code=4).err
+    assert err.startswith("error: already_decided: ")
+    assert cli("approvals", "list", "--status", "approved", "--run", approved,
+               "--json").json[0]["decided_by"] == "alice"
+    assert cli.vendor.client.stats()["total_cents"] >= 250
+
+
+def test_signal_resumes_a_waiting_run(cli: Cli) -> None:
+    plan = {"plan": [["wait_for_signal", {"name": "go"}]]}
+    run_id = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
+    assert cli.wait_status(run_id, "waiting")["waiting_for"] == "signal:go"
+    sent = cli("signal", run_id, "go", "--payload", '{"n": 7}', "--json").json
+    assert sent["name"] == "go" and sent["payload"] == {"n": 7}
+    cli.wait_status(run_id, "succeeded")
+    laps = cli("runs", "show", run_id, "--laps", "--json").json["laps"]
+    delivered = [t for lap in laps for t in lap["tools"] if t["name"] == "wait_for_signal"]
+    assert delivered and '"n": 7' in delivered[0]["result"]
+    assert cli("signal", run_id, "go", code=4).err.startswith("error: invalid_state: ")
+
+
+def test_cancel_waits_for_the_run_to_stop(cli: Cli) -> None:
+    run_id = cli("submit", "loop", "--input", '{"laps": 500, "pause": 0.2}',
+                 "--json").json["id"]
+    wait_for(lambda: cli("runs", "show", run_id, "--json").json["lap"] >= 1, timeout=60,
+             interval=0.5, what="a first lap")
+    done = cli("cancel", run_id, "--reason", "operator test", "--by", "bob", "--wait",
+               "--timeout", "90", "--json").json
+    assert done["status"] == "cancelled" and done["cancel_requested"]
+    assert cli("cancel", run_id, "--reason", "again", code=4).err
+
+
+def test_failed_run_retry_and_structured_logs(cli: Cli) -> None:
+    failed = cli("submit", "poison", "--input", "{}", "--wait", "--timeout", "120", "--json",
+                 code=1)
+    run = failed.json
+    assert run["status"] == "failed" and run["error_code"] == "lap_error"
+    assert failed.err.startswith("error: lap_error: ")
+    again = cli("retry", run["id"], "--by", "carol", "--json").json
+    assert again["status"] in ("queued", "running") and again["error_code"] is None
+    cli.wait_status(run["id"], "failed")
+    assert cli("runs", "tail", run["id"], "--last", "3", "--json", code=1).lines[-1][
+        "run"]["status"] == "failed"
+    assert cli("retry", "cli-loop-1", code=4).err.startswith("error: invalid_state: ")
+    # The worker logs JSON lines that carry the lap's identity.
+    records = [json.loads(line) for line in cli.worker.log.read_text().splitlines()
+               if line.startswith("{")]
+    retries = [r for r in records if r.get("run_id") == run["id"] and "retrying" in
+               r["message"]]
+    assert retries, "no structured retry log line"
+    assert retries[0]["agent"] == "poison@1" and retries[0]["lap"] == 1
+    assert retries[0]["attempt"] == 1 and "tenant" not in retries[0]
+    assert retries[0]["task"] == "agent_worker.run_lap" and retries[0]["task_id"]
+
+
+def test_unknown_effect_is_resolved_by_a_human(cli: Cli) -> None:
+    """The worker dies right after writing the intent of a compensatable call with
+    no lookup: nobody knows whether it landed, so the run waits for a human."""
+    plan = {"plan": [["book", {"order_id": "cli-e1", "amount_cents": 100}]]}
+    run_id = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
+    run = cli.wait_status(run_id, "waiting", timeout=120)
+    assert run["waiting_for"].startswith("effect:") and run["error_code"] == "effect_unknown"
+    unknown = cli("effects", "list", run_id, "--status", "unknown", "--json").json
+    assert [e["tool"] for e in unknown] == ["book"]
+    key = unknown[0]["key"]
+    resolved = cli("effects", "resolve", key, "--applied", "--by", "ops",
+                   "--result", '{"refund_id": "manual"}', "--json").json
+    assert resolved["resolved"] == "applied" and resolved["effect"]["status"] == "applied"
+    cli.wait_status(run_id, "succeeded")
+    assert cli("effects", "resolve", key, "--not-applied", "--by", "ops", code=4).err
+    assert cli.vendor.client.stats()["by_key"].get(key) is None, "book was never re-called"
+
+
+def test_fork_from_a_lap(cli: Cli) -> None:
+    fork = cli("fork", "cli-loop-1", "--lap", "1", "--run-id", "cli-fork-1", "--json").json
+    assert fork["id"] == "cli-fork-1" and fork["parent_run_id"] == "cli-loop-1"
+    assert fork["forked_from_lap"] == 1
+    assert cli.wait_status("cli-fork-1", "succeeded")["result"] == {"laps": 3}
+    assert cli("fork", "cli-loop-1", "--lap", "99", code=2).err
+
+
+def test_metrics_once_and_demo(cli: Cli) -> None:
+    scrape = cli("metrics", "--once", "--json").json
+    runs = {s["labels"]["status"]: s["value"] for s in scrape["agent_worker_runs"]}
+    assert runs["succeeded"] >= 1 and scrape["agent_worker_store_up"][0]["value"] == 1
+    demo = cli("demo", "--runs", "2", "--orders", "1", "--timeout", "120", "--json").json
+    assert demo["succeeded"] == 2 and [r["laps"] for r in demo["runs"]] == [5, 5]
+    assert demo["vendor"]["duplicates"] == 0
