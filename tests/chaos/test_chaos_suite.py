@@ -196,8 +196,9 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
         chaos = Chaos(aw, fleet, private_pg, private_redis, db, rng, env)
         chaos.start()
         fleet.beat()
-        ids = [aw.start_run("chaos-mix", {"tag": f"r{i}", "laps": LAPS, "amount": AMOUNT},
-                            run_id=f"chaos-{i}").id for i in range(RUNS)]
+        for i in range(RUNS):
+            aw.start_run("chaos-mix", {"tag": f"r{i}", "laps": LAPS, "amount": AMOUNT},
+                         run_id=f"chaos-{i}")
         total = RUNS * (LAPS + 1)
         deadline = chaos.started + BUDGET_SECONDS
         finished = 0
