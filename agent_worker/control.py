@@ -19,7 +19,7 @@ def _wait_for_signal(name: str, timeout_seconds: float | None = None) -> None:
     """Pause until the named signal arrives (or the timeout passes); returns its payload."""
 
 
-sleep_tool: Tool = replace(tool(_sleep, name="sleep"), control="sleep")
+sleep_tool: Tool = replace(tool(name="sleep")(_sleep), control="sleep")
 wait_for_signal_tool: Tool = replace(
-    tool(_wait_for_signal, name="wait_for_signal"), control="signal"
+    tool(name="wait_for_signal")(_wait_for_signal), control="signal"
 )

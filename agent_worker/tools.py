@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Literal, get_type_hints
+from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -119,10 +119,27 @@ def _args_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], boo
         annotation = hints.get(param.name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    model = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
     )
     return model, wants_context
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    kind: ToolKind = "read",
+    version: str = "1",
+    description: str | None = None,
+    approval: bool = False,
+    lookup: LookupFn | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
@@ -134,7 +151,7 @@ def tool(
     description: str | None = None,
     approval: bool = False,
     lookup: LookupFn | None = None,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(kind=...)``).
 
     A parameter named ``ctx`` (or annotated ``ToolContext``) receives the call's

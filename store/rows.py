@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import Connection, Row, and_, insert, select, update
+from sqlalchemy import Connection, Row, Table, and_, insert, select, update
 
 from agent_worker.errors import LeaseLost, UnknownRunError
 from agent_worker.messages import Message
@@ -20,20 +19,20 @@ from store.base import (
 )
 from store.models import ApprovalRow, CheckpointRow, EffectRow, EventRow, MessageRow, Run, SignalRow
 
-runs = Run.__table__
-checkpoints = CheckpointRow.__table__
-messages = MessageRow.__table__
-effects = EffectRow.__table__
-events = EventRow.__table__
-approvals = ApprovalRow.__table__
-signals = SignalRow.__table__
+runs = cast(Table, Run.__table__)
+checkpoints = cast(Table, CheckpointRow.__table__)
+messages = cast(Table, MessageRow.__table__)
+effects = cast(Table, EffectRow.__table__)
+events = cast(Table, EventRow.__table__)
+approvals = cast(Table, ApprovalRow.__table__)
+signals = cast(Table, SignalRow.__table__)
 
 
 def to_run(row: Row[Any]) -> RunRecord:
     return RunRecord(**row._mapping)
 
 
-def to_message(row: Row[Any]) -> StoredMessage:
+def to_message(row: Row[Any, Any, Any]) -> StoredMessage:
     return StoredMessage(seq=row.seq, lap=row.lap, message=Message.model_validate(row.body))
 
 

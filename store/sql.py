@@ -36,12 +36,12 @@ from store.retry import with_retry
 from store.rows import (
     approvals,
     checkpoints,
-    fence,
-    record_event_tx,
     effects,
     events,
+    fence,
     message_body,
     messages,
+    record_event_tx,
     runs,
     signals,
     to_effect,
@@ -342,7 +342,8 @@ class SqlStore:
                     state=commit.checkpoint, created_at=commit.now,
                 )
             )
-            record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event, commit.now)
+            record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event,
+                            commit.now)
             pauses.insert_approvals(conn, commit.new_approvals)
             if commit.delivered_signals:
                 conn.execute(
@@ -471,7 +472,7 @@ class SqlStore:
             events.c.id)
         return [to_event(r) for r in self._read(lambda c: c.execute(q).all())]
 
-    def recordrecord_event_tx(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
+    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
                      *, now: datetime) -> None:
         self._tx(lambda c: record_event_tx(c, run_id, lap, kind, data, now))
 

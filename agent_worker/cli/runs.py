@@ -26,6 +26,7 @@ from agent_worker.cli.common import (
     emit_json,
     fail,
     now,
+    report,
     sql_store,
     styled_status,
 )
@@ -210,7 +211,9 @@ def tail(
                       + (escape(f": {run.error_code}: {run.error_message}")
                          if run.error_code else ""))
     if run.status != "succeeded":
-        raise typer.Exit(FAILED)
+        why = f"{run.error_code}: {run.error_message}" if run.error_code else run.status
+        raise typer.Exit(report(FAILED, run.error_code or f"run_{run.status}",
+                                f"run {run.id} {run.status}: {why}"))
 
 
 def _print_event(book: views.LapBook, e: Any, json_out: bool) -> None:

@@ -9,6 +9,7 @@ Run it through ``deploy/local/demo.sh`` (which installs and starts services).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -75,10 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             finished = [aw.wait(r, timeout=300) for r in runs]
         finally:
             for p in procs:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         stats = vendor.client.stats()
     ok = True
     print(f"{'run':34} {'status':10} {'laps':>4} {'recovered':>9}  each lap once")

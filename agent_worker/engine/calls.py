@@ -119,7 +119,7 @@ class CallRunner:
                            f"{now:%Y-%m-%d %H:%M:%S} UTC.")
 
     def _signal(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
-        name: str = getattr(args, "name")
+        name = str(args.model_dump()["name"])
         now = self.rt.clock.now()
         pending = [s for s in self.rt.store.pending_signals(self.run_id, name)
                    if s.id not in self._taken]

@@ -26,7 +26,10 @@ def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
     message and token limits."""
     summary = next((m for m in window if m.seq == checkpoint.summary_seq), None)
     covered = summary_end(summary.message) if summary is not None else 0
-    messages = [m.message for m in window if m.seq >= covered and m is not summary]
+    # The claim may load more than this agent's window (it serves every agent);
+    # cut to the agent's own message limit first, then to its token limit.
+    messages = [m.message for m in window
+                if m.seq >= covered and m is not summary][-agent.window_messages:]
     budget = agent.window_tokens
     kept: list[Message] = []
     used = 0

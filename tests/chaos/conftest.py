@@ -244,11 +244,12 @@ def reset_producer_pools() -> None:
     the broker now configured (an earlier test may have used the shared Redis)."""
     from tasks import app
 
+    celery_app: Any = app  # private attributes, not in the type stubs
     with contextlib.suppress(Exception):
-        if app._pool is not None:
-            app._pool.force_close_all()
-    app._pool = None
-    app.amqp._producer_pool = None
+        if celery_app._pool is not None:
+            celery_app._pool.force_close_all()
+    celery_app._pool = None
+    celery_app.amqp._producer_pool = None
 
 
 # --- fixtures ------------------------------------------------------------------

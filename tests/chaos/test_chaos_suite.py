@@ -104,11 +104,17 @@ class Chaos:
         return {r.id: r.next_lap for r in rows
                 if r.lease_owner and int(r.lease_owner.split(":")[1]) in pids}
 
-    def kill_one(self) -> None:
+    def pick(self) -> Proc:
+        """A random worker, preferring one with laps in flight (a replacement
+        still booting holds none, and killing it would prove little)."""
         alive = [w for w in self.workers if w.alive()]
-        if len(alive) < 2:  # keep one worker alive through every kill
+        busy = [w for w in alive if self.in_flight_on(w.children())]
+        return self.rng.choice(busy or alive)
+
+    def kill_one(self) -> None:
+        if sum(w.alive() for w in self.workers) < 2:  # keep one worker alive throughout
             return
-        victim = self.rng.choice(alive)
+        victim = self.pick()
         pids = victim.children()
         victim.kill(signal.SIGKILL)
         self.kills += 1
@@ -118,7 +124,7 @@ class Chaos:
         self.note(f"SIGKILL worker {victim.pid} ({len(self.recoveries[-1].laps)} laps in flight)")
 
     def warm_shutdown(self) -> None:
-        victim = self.rng.choice([w for w in self.workers if w.alive()])
+        victim = self.pick()
         pids = victim.children()
         lapping = self.in_flight_on(pids)
         os.kill(victim.pid, signal.SIGTERM)  # REMAP_SIGTERM=SIGQUIT: soft, then hand back
@@ -214,7 +220,7 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
     applied = _vendor_applied(vendor_db)
 
     with db.connect() as c:
-        statuses = Counter(dict(c.execute(text(
+        statuses: Counter[str] = Counter(dict(c.execute(text(
             "SELECT status, count(*) FROM runs GROUP BY status")).all()))
         commits = c.execute(text(
             "SELECT run_id, lap, count(*) AS n FROM events WHERE kind = 'lap_committed' "
@@ -224,7 +230,7 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
             "GROUP BY run_id")).all()
         per_lap_msgs = c.execute(text(
             "SELECT run_id, lap, count(*) AS n FROM messages GROUP BY run_id, lap")).all()
-        ledger = dict(c.execute(text("SELECT key, status FROM effects")).all())
+        ledger: dict[str, str] = dict(c.execute(text("SELECT key, status FROM effects")).all())
         recovered = int(c.execute(text("SELECT coalesce(sum(recoveries), 0) FROM runs"))
                         .scalar_one())
         stuck = c.execute(text(

@@ -21,7 +21,7 @@ from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
 from agent_worker.constants import compensation_key, effect_key
 from agent_worker.messages import ModelRequest, ModelResponse
-from agent_worker.tools import Tool, ToolContext
+from agent_worker.tools import Tool, ToolContext, ToolKind
 
 
 class FakeVendor:
@@ -83,8 +83,8 @@ def _agent(w: InProcessWorker, tools: list[Tool], *laps: list[tuple[str, dict[st
     return name
 
 
-def _pay_tool(vendor: FakeVendor, kind: str = "idempotent", *, lookup: bool = False) -> Tool:
-    @tool(kind=kind)  # type: ignore[misc]
+def _pay_tool(vendor: FakeVendor, kind: ToolKind = "idempotent", *, lookup: bool = False) -> Tool:
+    @tool(kind=kind)
     def pay(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
         """Pay through the vendor, passing the idempotency key."""
         return vendor.pay(ctx.idempotency_key, order_id=order_id, amount_cents=amount_cents)
@@ -210,7 +210,7 @@ def test_same_key_with_different_arguments_fails_the_run(worker: InProcessWorker
     vendor.crash = ["before"]
 
     def pay_tool(currency: str) -> Tool:
-        @tool(kind="idempotent", name="pay")  # type: ignore[misc]
+        @tool(kind="idempotent", name="pay")
         def pay(order_id: str, amount_cents: int, ctx: ToolContext,
                 currency: str = currency) -> dict[str, Any]:
             """Pay in ``currency``."""
@@ -274,12 +274,12 @@ def _saga_tools(vendor: FakeVendor, undone: list[str], *, undo_fails: bool = Fal
                 ) -> list[Tool]:
     tools: list[Tool] = []
     for name in ("flight", "hotel"):
-        @tool(kind="compensatable", name=name)  # type: ignore[misc]
+        @tool(kind="compensatable", name=name)
         def book(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
             """A saga step."""
             return vendor.pay(ctx.idempotency_key, order_id=order_id, amount_cents=amount_cents)
 
-        @book.compensator  # type: ignore[misc, union-attr]
+        @book.compensator
         def undo(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, Any]:
             if undo_fails:
                 raise ConnectionError("the vendor's refund endpoint is down")
@@ -297,7 +297,7 @@ def _saga_tools(vendor: FakeVendor, undone: list[str], *, undo_fails: bool = Fal
 
 
 def test_saga_compensates_in_reverse_order_once(worker: InProcessWorker) -> None:
-    vendor, undone = FakeVendor(), []
+    vendor, undone = FakeVendor(), list[str]()
     name = _agent(worker, _saga_tools(vendor, undone),
                   [("flight", {"order_id": "f1", "amount_cents": 100})],
                   [("hotel", {"order_id": "h1", "amount_cents": 200})],
@@ -318,7 +318,7 @@ def test_compensation_that_keeps_failing_ends_the_run(worker: InProcessWorker) -
     """An undo that never succeeds must not loop for ever: after the attempt
     limit the run fails with ``compensation_failed`` and the effect stays applied
     (for a human to handle)."""
-    vendor, undone = FakeVendor(), []
+    vendor, undone = FakeVendor(), list[str]()
     name = _agent(worker, _saga_tools(vendor, undone, undo_fails=True),
                   [("flight", {"order_id": "f1", "amount_cents": 100})],
                   [("car", {})])

@@ -5,16 +5,23 @@ One worker and one beat serve the whole module, both started through the CLI
 (``agent-worker worker`` / ``beat``), so those two commands are exercised for
 real. The worker arms one fault (``after_intent@book``) so a run can end up
 with an effect of unknown outcome for ``effects resolve``.
+
+A CLI process takes seconds to start on a loaded machine, so each command runs
+as a subprocess where it is the subject of a test; setup steps and secondary
+checks call the same ``main()`` in this process (``inproc=True``), and waits
+read the store directly.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +29,8 @@ from typing import Any
 import pytest
 
 from agent_worker.demo.vendor import VendorProcess, start_vendor
+from store.base import RunRecord
+from store.sql import SqlStore
 from tests.support import ROOT, TEST_AGENTS, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,25 +59,47 @@ class Cli:
     vendor: VendorProcess
     worker: Proc
 
-    def __call__(self, *args: str, code: int = 0, timeout: float = 180,
+    store: SqlStore
+
+    def __call__(self, *args: str, code: int = 0, timeout: float = 180, inproc: bool = False,
                  **env: str) -> Result:
-        done = subprocess.run([sys.executable, "-m", "agent_worker.cli", *args],
-                              env={**self.env, **env}, cwd=ROOT, capture_output=True,
-                              text=True, timeout=timeout)
-        result = Result(done.returncode, done.stdout, done.stderr)
+        if inproc:
+            assert not env, "in-process calls use the module's environment"
+            result = _in_process(list(args))
+        else:
+            done = subprocess.run([sys.executable, "-m", "agent_worker.cli", *args],
+                                  env={**self.env, **env}, cwd=ROOT, capture_output=True,
+                                  text=True, timeout=timeout)
+            result = Result(done.returncode, done.stdout, done.stderr)
         assert result.code == code, (args, result)
         if code != 0:
             assert_one_error_line(result)
         return result
 
-    def wait_status(self, run_id: str, *statuses: str, timeout: float = 90) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
-            run: dict[str, Any] = self("runs", "show", run_id, "--json").json
-            return run if run["status"] in statuses else None
+    def run(self, run_id: str) -> RunRecord:
+        run = self.store.get_run(run_id)
+        assert run is not None
+        return run
 
-        found: dict[str, Any] = wait_for(check, timeout=timeout, interval=0.5,
-                                         what=f"{run_id} in {statuses}")
+    def wait_status(self, run_id: str, *statuses: str, timeout: float = 90) -> RunRecord:
+        found: RunRecord = wait_for(
+            lambda: (r := self.run(run_id)).status in statuses and r, timeout=timeout,
+            interval=0.2, what=f"{run_id} in {statuses}")
         return found
+
+    def submit(self, agent: str, payload: Any, *args: str) -> str:
+        run_id: str = self("submit", agent, "--input", json.dumps(payload), *args, "--json",
+                           inproc=True).json["id"]
+        return run_id
+
+
+def _in_process(argv: list[str]) -> Result:
+    from agent_worker.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return Result(code, out.getvalue(), err.getvalue())
 
 
 def assert_one_error_line(result: Result) -> None:
@@ -101,12 +132,39 @@ def cli(database_url: str, broker_url: str,
                    "AGENT_WORKER_LOG_JSON": "true"}, tmp / "worker.log").start()
     beat = Proc([*cli_cmd, "beat", "--schedule", str(tmp / "beat.db")], env,
                 tmp / "beat.log").start()
+    store = SqlStore(database_url)
+    with _in_process_env(env, broker_url):
+        try:
+            yield Cli(env, tmp, vendor, worker, store)
+        finally:
+            for p in (worker, beat):
+                p.kill(signal.SIGKILL)
+            vendor.stop()
+            store.engine.dispose()
+
+
+@contextmanager
+def _in_process_env(env: dict[str, str], broker_url: str) -> Iterator[None]:
+    """This process's settings and default client point where the subprocesses' do."""
+    import agent_worker.api as api
+    from agent_worker.settings import get_settings
+    from tasks import app
+
+    mp = pytest.MonkeyPatch()
+    for k, v in env.items():
+        if k.startswith("AGENT_WORKER_"):
+            mp.setenv(k, v)
+    get_settings.cache_clear()
+    api.configure(None)
+    previous = app.conf.broker_url
+    app.conf.broker_url = broker_url
     try:
-        yield Cli(env, tmp, vendor, worker)
+        yield
     finally:
-        for p in (worker, beat):
-            p.kill(signal.SIGKILL)
-        vendor.stop()
+        api.configure(None)
+        mp.undo()
+        get_settings.cache_clear()
+        app.conf.broker_url = previous
 
 
 # --- no worker needed ------------------------------------------------------------------

@@ -282,13 +282,21 @@ def chaos_rig(aw: AgentWorker, fleet: Fleet, tmp_path: Path) -> Iterator[ChaosRi
 @st.composite
 def chaos_plans(draw: st.DrawFn) -> dict[str, Any]:
     payments = draw(st.integers(1, 3))
+    tool = draw(st.sampled_from(["pay", "charge_checked"]))
     points = draw(st.lists(st.sampled_from(LAP_POINTS), min_size=1, max_size=2, unique=True))
-    # after_intent and after_outcome are reached once per payment; the others at
-    # least once per lap (or per attempt), so two kills always find a victim.
-    kills = {p: draw(st.integers(1, min(2, payments) if p in ("after_intent", "after_outcome")
-                                 else 2)) for p in points}
+    # Each armed kill must find a victim. after_claim, after_model_journal and
+    # after_commit are reached at least once per lap; after_intent once per
+    # payment; after_apply and after_outcome once per call, and ``pay`` is called
+    # again on every replay, but ``charge_checked`` adopts instead (one call per
+    # payment, shared by the two points).
+    per_payment = {"after_intent"} | ({"after_apply", "after_outcome"}
+                                      if tool == "charge_checked" else {"after_outcome"})
+    if tool == "charge_checked" and {"after_apply", "after_outcome"} <= set(points):
+        points.remove("after_outcome")
+    kills = {p: draw(st.integers(1, min(2, payments) if p in per_payment else 2))
+             for p in points}
     return {"payments": payments, "amount": draw(st.integers(1, 50_000)), "kills": kills,
-            "tool": draw(st.sampled_from(["pay", "charge_checked"]))}
+            "tool": tool}
 
 
 @pytest.mark.chaos

@@ -114,8 +114,8 @@ def test_timers_and_timeouts_fire_through_the_sweeper_across_restarts(
     sleeper = aw.start_run("pauses", _plan(["sleep", {"seconds": 86400}])).id
     waiter = aw.start_run("pauses", _plan(
         ["wait_for_signal", {"name": "export_done", "timeout_seconds": 3600}])).id
-    for rid in (approval, sleeper, waiter):
-        wait_for(lambda rid=rid: _paused(aw, rid), timeout=90, what=f"{rid} to pause")
+    wait_for(lambda: all(_paused(aw, rid) for rid in (approval, sleeper, waiter)),
+             timeout=90, what="three runs to pause")
     first.kill(signal.SIGKILL)
 
     def statuses() -> tuple[str, str, str]:
@@ -176,7 +176,8 @@ def test_cancel_compensates_in_reverse_once_despite_a_kill(
     assert [(kind, key) for kind, key, _ in seen] == [
         ("refund", f"{run.id}:1:0"), ("refund", f"{run.id}:2:0"),
         ("notice", f"{run.id}:2:0:undo"), ("notice", f"{run.id}:1:0:undo")]
-    assert [r["to"] for kind, _, r in seen if kind == "notice"] == ["undo-o2@vendor.test", "undo-o1@vendor.test"]
+    assert [r["to"] for kind, _, r in seen if kind == "notice"] == [
+        "undo-o2@vendor.test", "undo-o1@vendor.test"]
     assert vendor.client.stats()["duplicates"] == 0
     effects = {e.key: e for e in aw.effects(run.id)}
     # The first undo was begun, killed, retried after the dropped reply, and finished.
@@ -244,9 +245,11 @@ def _broker_backlog(url: str) -> tuple[int, int]:
     """(lap messages queued, messages delivered but not acked) in the broker."""
     r = redis.Redis.from_url(url)
     try:
-        queued = sum(int(r.llen(k)) for k in r.scan_iter(match="laps.*")
-                     if r.type(k) == b"list")
-        return queued, int(r.hlen("unacked"))
+        # kombu keeps one list per queue and priority ("laps.<agent>.v<n>[\x06\x16<p>]").
+        queued = 0
+        for key in r.scan_iter(match="laps.*"):
+            queued += r.llen(key)
+        return queued, r.hlen("unacked")
     finally:
         r.close()
 
