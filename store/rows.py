@@ -28,8 +28,11 @@ approvals = cast(Table, ApprovalRow.__table__)
 signals = cast(Table, SignalRow.__table__)
 
 
+_RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
+
+
 def to_run(row: Row[Any]) -> RunRecord:
-    return RunRecord(**row._mapping)
+    return RunRecord(**{k: v for k, v in row._mapping.items() if k in _RUN_FIELDS})
 
 
 def to_message(row: Row[Any, Any, Any]) -> StoredMessage:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
-from store import pauses, sweeping
+from store import pauses, postgres, sweeping
 from store.base import (
     ApprovalRecord,
     Claim,
@@ -159,6 +159,9 @@ class SqlStore:
         window_messages: int,
     ) -> Claim | None:
         def tx(conn: Connection) -> Claim | None:
+            latest = (select(checkpoints.c.state)
+                      .where(checkpoints.c.run_id == runs.c.id, checkpoints.c.lap == lap - 1)
+                      .scalar_subquery().label("checkpoint_state"))
             row = conn.execute(
                 update(runs)
                 .where(
@@ -173,18 +176,13 @@ class SqlStore:
                     lease_expires_at=now + timedelta(seconds=lease_seconds),
                     lap_attempts=runs.c.lap_attempts + 1, wake_at=None, updated_at=now,
                 )
-                .returning(*runs.c)
+                .returning(*runs.c, latest)
             ).first()
             if row is None:
                 return None
-            state = conn.execute(
-                select(checkpoints.c.state).where(
-                    checkpoints.c.run_id == run_id, checkpoints.c.lap == lap - 1
-                )
-            ).scalar_one()
+            state: dict[str, Any] = row.checkpoint_state
             count = int(state.get("message_count", 0))
-            start = max(count - window_messages, 0)
-            in_window = messages.c.seq >= start
+            in_window = messages.c.seq >= max(count - window_messages, 0)
             summary = state.get("summary_seq")
             if summary is not None:  # the compaction summary, wherever it sits
                 in_window = or_(in_window, messages.c.seq == int(summary))
@@ -196,23 +194,23 @@ class SqlStore:
                     .order_by(messages.c.seq)
                 )
             ]
-            # Pending calls keep the key of the lap that asked for them, so their
-            # ledger rows may sit under earlier laps (peeking at the raw state).
-            laps = {lap} | {int(p["lap"]) for p in state.get("pending_calls", ())}
-            lap_effects = {
-                e.key: e
-                for e in map(
-                    to_effect,
-                    conn.execute(
-                        select(effects).where(effects.c.run_id == run_id, effects.c.lap.in_(laps))
-                    ),
-                )
-            }
+            lap_messages = [m for m in loaded if m.seq >= count]
+            # Tools run only after the lap's model output is journaled (or for
+            # calls pending from an earlier lap, which keep that lap's keys), so
+            # without either there is no ledger row to load.
+            pending = state.get("pending_calls") or ()
+            lap_effects: dict[str, EffectRecord] = {}
+            if lap_messages or pending:
+                laps = {lap} | {int(p["lap"]) for p in pending}
+                lap_effects = {
+                    e.key: e
+                    for e in map(to_effect, conn.execute(select(effects).where(
+                        effects.c.run_id == run_id, effects.c.lap.in_(laps))))
+                }
             return Claim(
                 run=to_run(row), lap=lap, owner=owner, checkpoint=state,
                 window=[m for m in loaded if m.seq < count],
-                lap_messages=[m for m in loaded if m.seq >= count],
-                effects=lap_effects,
+                lap_messages=lap_messages, effects=lap_effects,
             )
 
         return self._tx(tx)
@@ -303,6 +301,11 @@ class SqlStore:
 
     def commit_lap(self, commit: LapCommit) -> bool:
         def tx(conn: Connection) -> bool:
+            if conn.dialect.name == "postgresql":
+                if not postgres.commit_lap(conn, commit):
+                    return False
+                _commit_extras(conn, commit)
+                return True
             u = commit.update
             laps, tin, tout, cost = commit.usage
             done = u.status in ("succeeded", "failed", "cancelled")
@@ -344,14 +347,7 @@ class SqlStore:
             )
             record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event,
                             commit.now)
-            pauses.insert_approvals(conn, commit.new_approvals)
-            if commit.delivered_signals:
-                conn.execute(
-                    update(signals)
-                    .where(signals.c.id.in_(commit.delivered_signals),
-                           signals.c.delivered_lap.is_(None))
-                    .values(delivered_lap=commit.lap)
-                )
+            _commit_extras(conn, commit)
             return True
 
         return self._tx(tx)
@@ -491,6 +487,17 @@ class SqlStore:
                 conn.execute(delete(t).where(t.c.run_id == run_id))
             conn.execute(delete(runs).where(runs.c.id == run_id))
         self._tx(tx)
+
+
+def _commit_extras(conn: Connection, commit: LapCommit) -> None:
+    """The rare parts of a lap commit: a new approval, consumed signals."""
+    pauses.insert_approvals(conn, commit.new_approvals)
+    if commit.delivered_signals:
+        conn.execute(
+            update(signals)
+            .where(signals.c.id.in_(commit.delivered_signals), signals.c.delivered_lap.is_(None))
+            .values(delivered_lap=commit.lap)
+        )
 
 
 def messages_insert(conn: Connection) -> Any:

@@ -130,5 +130,8 @@ def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     api.configure(None)
     client = api.client()
     yield client
+    store = client.rt.store
+    if hasattr(store, "engine"):
+        store.engine.dispose()
     api.configure(None)
     get_settings.cache_clear()
