@@ -1,10 +1,17 @@
 """Lease renewal while a lap runs, so a tool that takes minutes keeps its run,
-and a worker that stops heartbeating loses it after the lease TTL."""
+and a worker that stops heartbeating loses it after the lease TTL.
+
+One daemon thread per process (per runtime) renews every lap in flight that
+has run longer than the heartbeat interval; a lap that finishes sooner never
+touches it, so the common short lap pays no thread start and no extra write.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from types import TracebackType
 
 from agent_worker.errors import LeaseLost, RunCancelled
@@ -14,42 +21,78 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Renews the lease in a daemon thread; the lap calls ``check()`` between
-    steps to learn that the lease was lost or the run cancelled."""
+    """One lap's lease; the lap calls ``check()`` between steps to learn that
+    the lease was lost or the run cancelled."""
 
     def __init__(self, rt: Runtime, run_id: str, lap: int, owner: str) -> None:
-        self._rt, self._run_id, self._lap, self._owner = rt, run_id, lap, owner
-        self._stop = threading.Event()
-        self._state = "ok"
-        self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}",
-                                        daemon=True)
+        self.rt, self.run_id, self.lap, self.owner = rt, run_id, lap, owner
+        self.state = "ok"
+        self.renewed = time.monotonic()
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        _beater(self.rt).add(self)
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        _beater(self.rt).remove(self)
 
-    def _loop(self) -> None:
-        s = self._rt.settings
-        while not self._stop.wait(s.heartbeat_interval_seconds):
-            try:
-                state = self._rt.store.renew_lease(
-                    self._run_id, self._lap, owner=self._owner, now=self._rt.clock.now(),
-                    lease_seconds=s.lease_ttl_seconds)
-            except Exception as e:  # the database may be restarting; keep trying
-                log.warning("heartbeat for %s failed: %s", self._run_id, e)
-                continue
-            if state != "ok":
-                self._state = state
-                return
+    def renew(self) -> None:
+        s = self.rt.settings
+        try:
+            state = self.rt.store.renew_lease(self.run_id, self.lap, owner=self.owner,
+                                              now=self.rt.clock.now(),
+                                              lease_seconds=s.lease_ttl_seconds)
+        except Exception as e:  # the database may be restarting; keep trying
+            log.warning("heartbeat for %s failed: %s", self.run_id, e)
+            return
+        self.renewed = time.monotonic()
+        self.state = state
 
     def check(self) -> None:
         """Raise if this lap must stop before its next step."""
-        if self._state == "lost":
-            raise LeaseLost(f"run {self._run_id}: lease lost during lap {self._lap}")
-        if self._state == "cancelled":
-            raise RunCancelled(f"run {self._run_id} was cancelled")
+        if self.state == "lost":
+            raise LeaseLost(f"run {self.run_id}: lease lost during lap {self.lap}")
+        if self.state == "cancelled":
+            raise RunCancelled(f"run {self.run_id} was cancelled")
+
+
+class _Beater:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.laps: set[Heartbeat] = set()
+        self.thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+        self.thread.start()
+
+    def add(self, hb: Heartbeat) -> None:
+        with self.lock:
+            self.laps.add(hb)
+
+    def remove(self, hb: Heartbeat) -> None:
+        with self.lock:
+            self.laps.discard(hb)
+
+    def _loop(self) -> None:
+        interval = self.rt.settings.heartbeat_interval_seconds
+        while True:
+            time.sleep(interval / 4)
+            now = time.monotonic()
+            with self.lock:
+                due = [hb for hb in self.laps if hb.state == "ok" and now - hb.renewed >= interval]
+            for hb in due:
+                hb.renew()
+
+
+_beaters: dict[int, _Beater] = {}
+_beaters_lock = threading.Lock()
+
+
+def _beater(rt: Runtime) -> _Beater:
+    """The runtime's beater thread in this process (a forked child starts its own)."""
+    with _beaters_lock:
+        beater = _beaters.get(id(rt))
+        if beater is None or beater.pid != os.getpid() or beater.rt is not rt:
+            beater = _beaters[id(rt)] = _Beater(rt)
+        return beater
