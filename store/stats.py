@@ -5,17 +5,32 @@ needs them; each function is one or two queries however many runs exist.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, func, select
 
+from store.retry import with_retry
 from store.rows import approvals, checkpoints, events, runs
 from store.sql import SqlStore
 
 RUNNABLE = ("queued", "running")
+
+#: Reads here serve a scrape or an operator's screen: fail within seconds
+#: rather than retry for the store's usual 30.
+READ_DEADLINE_SECONDS = 5.0
+
+T = TypeVar("T")
+
+
+def _read(store: SqlStore, fn: Callable[[Connection], T]) -> T:
+    def attempt() -> T:
+        with store.engine.connect() as conn:
+            return fn(conn)
+
+    return with_retry(attempt, deadline_seconds=READ_DEADLINE_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -90,7 +105,7 @@ def snapshot(store: SqlStore, *, stale_before: datetime) -> Snapshot:
                         pending_approvals=int(pending),
                         oldest_pending_approval=_aware(oldest))
 
-    return store._read(read)
+    return _read(store, read)
 
 
 def events_after(store: SqlStore, after_id: int, kinds: Sequence[str], *,
@@ -103,7 +118,7 @@ def events_after(store: SqlStore, after_id: int, kinds: Sequence[str], *,
     q = (select(events.c.id, events.c.kind, events.c.data, events.c.created_at)
          .where(events.c.id > after_id, events.c.kind.in_(kinds))
          .order_by(events.c.id).limit(limit))
-    rows = store._read(lambda c: c.execute(q).all())
+    rows = _read(store, lambda c: c.execute(q).all())
     return [EventRow(id=int(r.id), kind=r.kind, data=r.data, created_at=r.created_at)
             for r in rows]
 
@@ -118,7 +133,7 @@ def latest_checkpoints(store: SqlStore, run_ids: Sequence[str]) -> dict[str, dic
     q = select(checkpoints.c.run_id, checkpoints.c.state).join(
         newest, and_(checkpoints.c.run_id == newest.c.run_id,
                      checkpoints.c.lap == newest.c.lap))
-    return {r.run_id: r.state for r in store._read(lambda c: c.execute(q).all())}
+    return {r.run_id: r.state for r in _read(store, lambda c: c.execute(q).all())}
 
 
 def _aware(value: Any) -> datetime | None:

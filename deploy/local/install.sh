@@ -9,4 +9,4 @@ fi
 if ! command -v pg_config >/dev/null 2>&1 && ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
 fi
-python -m pip install -q -e '.[dev]'
+python -m pip install -q --root-user-action=ignore -e '.[dev]'

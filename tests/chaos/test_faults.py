@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import time
 from collections import Counter
@@ -135,21 +136,32 @@ def test_stopped_worker_is_reclaimed_and_cannot_commit_when_it_returns(
 # --- 2. deploys -------------------------------------------------------------------
 
 
-def test_warm_shutdown_hands_the_lap_back_promptly(aw: AgentWorker, fleet: Fleet) -> None:
+@pytest.mark.parametrize("grace", [None, 3.0], ids=["soft-timeout", "sigkill-after-grace"])
+def test_warm_shutdown_hands_the_lap_back_promptly(aw: AgentWorker, fleet: Fleet,
+                                                   grace: float | None) -> None:
     """SIGTERM (remapped to SIGQUIT, as in deploy/) to a worker mid-lap: it
-    exits after the soft-shutdown timeout, and another worker completes the lap
-    within seconds, not after the broker's visibility timeout."""
-    soft = 2.0
+    hands the lap back after the soft-shutdown timeout and exits, and another
+    worker completes the lap within seconds, not after the broker's visibility
+    timeout. With ``grace`` shorter than the soft timeout the platform SIGKILLs
+    the worker first (nothing handed back): the lease and the sweeper still
+    bring the lap back as quickly."""
+    soft = 2.0 if grace is None else 20.0
     leaving = fleet.worker(concurrency=1, REMAP_SIGTERM="SIGQUIT",
                            AGENT_WORKER_SOFT_SHUTDOWN_TIMEOUT_SECONDS=str(soft))
     fleet.beat()
-    run = aw.start_run("loop", {"laps": 3, "pause": 6.0})
+    pause = 6.0
+    run = aw.start_run("loop", {"laps": 3, "pause": pause})
     lap = _lap_in_flight_on(aw, run.id, leaving).next_lap
     fleet.worker(concurrency=1)
     sent = time.monotonic()
     os.kill(leaving.pid, signal.SIGTERM)  # the platform signals the main process only
     assert leaving.popen is not None
-    leaving.popen.wait(timeout=soft + 30)
+    if grace is None:
+        leaving.popen.wait(timeout=soft + 30)
+    else:
+        time.sleep(grace)  # the platform's grace period (the fault itself)
+        assert leaving.alive(), "the worker left before its soft-shutdown timeout"
+        leaving.kill(signal.SIGKILL)
     exited = time.monotonic() - sent
     wait_for(lambda: aw.get_run(run.id).next_lap > lap, timeout=90,
              what=f"lap {lap} completed by the remaining worker")
@@ -159,13 +171,15 @@ def test_warm_shutdown_hands_the_lap_back_promptly(aw: AgentWorker, fleet: Fleet
     done = aw.wait(run.id, timeout=120)
     assert done.status == "succeeded", done.error_detail
     assert_loop_run_whole(aw, run.id, 3)
-    assert exited < soft + 15, f"worker took {exited:.1f}s to leave"
-    assert "Restoring 1 unacknowledged message" in leaving.log.read_text(errors="replace")
-    # Handed back, then claimable once the leaving child's lease lapses (the sweeper
-    # re-sends it), then re-run: bounded by the settings, nowhere near the broker's
-    # visibility timeout (7200 s).
+    if grace is None:
+        assert exited < soft + 15, f"worker took {exited:.1f}s to leave"
+        log = leaving.log.read_text(errors="replace")
+        assert "Restoring 1 unacknowledged message" in log, "the lap was not handed back"
+    # Claimable once the leaving child's lease lapses (the sweeper re-sends it),
+    # then re-run: bounded by the settings, nowhere near the broker's visibility
+    # timeout (7200 s).
     ttl = float(fleet.env["AGENT_WORKER_LEASE_TTL_SECONDS"])
-    bound = soft + ttl + 6.0 + 15
+    bound = min(soft, grace or soft) + ttl + pause + 15
     assert recovered < bound, f"lap {lap} took {recovered:.1f}s to recover (bound {bound}s)"
 
 
@@ -187,6 +201,13 @@ def _finish_all(aw: AgentWorker, ids: list[str], laps: int) -> None:
         assert_loop_run_whole(aw, run_id, laps)
 
 
+def _laps_resent_by_sweeper(fleet: Fleet) -> int:
+    """Laps the sweeper sent, summed from the workers' task-result log lines."""
+    sent = re.compile(r"agent_worker\.sweep\[[^]]+\] succeeded in [\d.e-]+s: (\d+)")
+    return sum(int(n) for p in fleet.procs if p.log.exists()
+               for n in sent.findall(p.log.read_text(errors="replace")))
+
+
 @pytest.mark.parametrize("private_redis", [{"appendonly": False}], indirect=True)
 def test_redis_restart_without_aof_loses_messages_and_the_sweeper_resends(
         aw: AgentWorker, fleet: Fleet, private_redis: PrivateRedis) -> None:
@@ -198,6 +219,7 @@ def test_redis_restart_without_aof_loses_messages_and_the_sweeper_resends(
     private_redis.restart()
     _finish_all(aw, ids, 12)
     assert all(p.alive() for p in [*workers, beat]), "a process died instead of reconnecting"
+    assert _laps_resent_by_sweeper(fleet) > 0, "the sweeper never re-sent a lost lap"
 
 
 def test_redis_unreachable_for_seconds_then_workers_reconnect(
