@@ -25,6 +25,7 @@ from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.errors import (
     InvalidInputError,
+    NotFoundError,
     PayloadTooLargeError,
     UnknownRunError,
 )
@@ -237,7 +238,7 @@ class AgentWorker:
         """The run's state after ``lap`` committed laps."""
         state = self.rt.store.get_checkpoint(run_id, lap)
         if state is None:
-            raise InvalidInputError(f"run {run_id} has no checkpoint for lap {lap}")
+            raise NotFoundError(f"run {run_id} has no checkpoint for lap {lap}")
         return load_checkpoint(state)
 
     def messages(self, run_id: str) -> list[StoredMessage]:

@@ -31,7 +31,13 @@ class UnknownAgentError(InvalidInputError):
     code = "unknown_agent"
 
 
-class UnknownRunError(InvalidInputError):
+class NotFoundError(InvalidInputError):
+    """Raised when a named run, approval or effect does not exist."""
+
+    code = "not_found"
+
+
+class UnknownRunError(NotFoundError):
     """Raised when a run id does not exist."""
 
     code = "unknown_run"

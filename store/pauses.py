@@ -12,7 +12,12 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from agent_worker.errors import AlreadyDecidedError, InvalidInputError, InvalidStateError
+from agent_worker.errors import (
+    AlreadyDecidedError,
+    InvalidInputError,
+    InvalidStateError,
+    NotFoundError,
+)
 from store.base import TERMINAL, ApprovalRecord, DueLap, EffectRecord, SignalRecord
 from store.rows import (
     approvals,
@@ -56,7 +61,7 @@ def _find_approval(conn: Connection, approval_id: str | None,
     if approval_id is not None:
         row = conn.execute(select(approvals).where(approvals.c.id == approval_id)).first()
         if row is None:
-            raise InvalidInputError(f"unknown approval {approval_id!r}")
+            raise NotFoundError(f"unknown approval {approval_id!r}")
         return to_approval(row)
     if run_id is None:
         raise InvalidInputError("name an approval id or a run id")
@@ -180,7 +185,7 @@ def resolve_effect(conn: Connection, key: str, *, applied: bool, result: Any, by
                    now: datetime) -> EffectRecord:
     row = conn.execute(select(effects).where(effects.c.key == key)).first()
     if row is None:
-        raise InvalidInputError(f"unknown effect {key!r}")
+        raise NotFoundError(f"unknown effect {key!r}")
     if row.status not in ("unknown", "pending"):
         raise AlreadyDecidedError(f"effect {key} is {row.status}, not unknown")
     if applied:

@@ -32,7 +32,7 @@ from agent_worker.errors import (
     AgentWorkerError,
     InvalidInputError,
     InvalidStateError,
-    UnknownRunError,
+    NotFoundError,
 )
 
 OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE = 0, 1, 2, 3, 4
@@ -169,7 +169,7 @@ def classify(e: BaseException) -> tuple[int, str, str]:
 
     if isinstance(e, CliFailure):
         return e.exit_code, e.code, str(e)
-    if isinstance(e, UnknownRunError):
+    if isinstance(e, NotFoundError):
         return NOT_FOUND, e.code, str(e)
     if isinstance(e, InvalidInputError):
         return BAD_INPUT, e.code, str(e)

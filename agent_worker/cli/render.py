@@ -129,7 +129,7 @@ def lap_line(lap: dict[str, Any]) -> RenderableType:
             f"[dim]{usage.get('input_tokens', 0)}→{usage.get('output_tokens', 0)} tok[/]"))
     for t in lap["tools"]:
         effect = t["effect"]
-        status = (f"{effect['kind']} {effect['status']}" if effect else "read")
+        status = f"{effect['kind']} {effect['status']}" if effect else "no ledger entry"
         mark = "[red]✗[/]" if t["error"] else "[green]✓[/]"
         lines.append(Text.from_markup(
             f"  {mark} {escape(t['name'] or '?')} [dim]({status}, {t['ms']} ms)[/] "
@@ -148,7 +148,8 @@ def approvals_table(rows: Sequence[dict[str, Any]], at: datetime) -> Table:
         table.add_row(a["id"], escape(a["run_id"]), escape(a["tool"]),
                       escape(json.dumps(a["arguments"])[:60]), escape(a["owner"] or "-"),
                       a["status"], span(a["age_seconds"]),
-                      f"in {span(timeout - at)}" if timeout else "-")
+                      f"in {span(timeout - at)}" if timeout and a["status"] == "pending"
+                      else "-")
     return table
 
 

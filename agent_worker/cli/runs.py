@@ -98,7 +98,9 @@ def _frame(rows: list[dict[str, Any]], at: datetime) -> dict[str, Any]:
 def _watch(filters: dict[str, Any], *, interval: float, until_done: bool, count: int | None,
            json_out: bool) -> None:
     frames = 0
-    live = None if json_out else Live(console=console, auto_refresh=False, transient=False)
+    # A terminal redraws in place; a pipe gets one table per frame.
+    live = (Live(console=console, auto_refresh=False, transient=False)
+            if console.is_terminal and not json_out else None)
     try:
         if live is not None:
             live.start()
@@ -106,11 +108,14 @@ def _watch(filters: dict[str, Any], *, interval: float, until_done: bool, count:
             rows = list_rows(**filters)
             at = now()
             frames += 1
-            if live is None:
+            view = Group(render.batch_header(rows), render.runs_table(rows, at))
+            if json_out:
                 emit_json(_frame(rows, at))
+            elif live is not None:
+                live.update(view, refresh=True)
             else:
-                live.update(Group(render.batch_header(rows), render.runs_table(rows, at)),
-                            refresh=True)
+                console.print(view)
+                console.print()
             done = bool(rows) and all(r["status"] in TERMINAL for r in rows)
             if (until_done and done) or (count is not None and frames >= count):
                 return

@@ -8,8 +8,6 @@ engine's log keeps one message per tool result, so consecutive results are merge
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anthropic
 from anthropic.types import (
     ContentBlockParam,
@@ -53,28 +51,8 @@ class AnthropicModel(SdkModel[anthropic.Anthropic]):
         connection_error=anthropic.APIConnectionError,
     )
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key_env: str = "ANTHROPIC_API_KEY",
-        api_key_file: str | Path | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 4,
-        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
-        max_retry_after: float = 60.0,
-    ) -> None:
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            api_key_file=api_key_file,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_output_tokens=max_output_tokens,
-            max_retry_after=max_retry_after,
-        )
+    default_key_env = "ANTHROPIC_API_KEY"
+    default_max_output_tokens = DEFAULT_MAX_OUTPUT_TOKENS
 
     def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> anthropic.Anthropic:
         return anthropic.Anthropic(

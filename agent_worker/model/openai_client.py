@@ -9,7 +9,6 @@ not a JSON object is the model's fault and ends the lap as malformed output.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import openai
 from openai.types.chat import (
@@ -47,28 +46,7 @@ class OpenAIChatModel(SdkModel[openai.OpenAI]):
         connection_error=openai.APIConnectionError,
     )
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        api_key_file: str | Path | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 4,
-        max_output_tokens: int | None = None,
-        max_retry_after: float = 60.0,
-    ) -> None:
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key_env=api_key_env,
-            api_key_file=api_key_file,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_output_tokens=max_output_tokens,
-            max_retry_after=max_retry_after,
-        )
+    default_key_env = "OPENAI_API_KEY"
 
     def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> openai.OpenAI:
         return openai.OpenAI(

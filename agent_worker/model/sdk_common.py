@@ -46,27 +46,32 @@ class SdkModel(ABC, Generic[SdkT]):
 
     provider: ClassVar[str]
     failures: ClassVar[ProviderFailures]
+    default_key_env: ClassVar[str]
+    default_max_output_tokens: ClassVar[int | None] = None
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None,
-        api_key_env: str,
-        api_key_file: str | Path | None,
-        timeout: float,
-        max_retries: int,
-        max_output_tokens: int | None,
-        max_retry_after: float,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        api_key_file: str | Path | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 4,
+        max_output_tokens: int | None = None,
+        max_retry_after: float = 60.0,
     ) -> None:
+        """``api_key_env`` names the variable holding the key (the provider's
+        usual one by default); ``api_key_file`` (a secrets file) wins over it."""
         self.model = model
         self.name = f"{self.provider}:{model}"
         self.base_url = base_url
-        self.api_key_env = api_key_env
+        self.api_key_env = api_key_env or self.default_key_env
         self.api_key_file = Path(api_key_file) if api_key_file is not None else None
         self.timeout = timeout
         self.max_retries = max_retries
-        self.max_output_tokens = max_output_tokens
+        self.max_output_tokens = (max_output_tokens if max_output_tokens is not None
+                                  else self.default_max_output_tokens)
         self.max_retry_after = max_retry_after
         self._reset_runtime()
 
