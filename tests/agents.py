@@ -258,7 +258,7 @@ def _chaos_mix(r: ModelRequest) -> ModelResponse:
 
 
 register(Agent(name="chaos-mix", model=lambda: ScriptedModel(_chaos_mix), tools=[step, pay],
-               window_messages=8, budget=Budget(max_laps=1000)))
+               window_messages=2000, budget=Budget(max_laps=1000)))
 
 
 # --- issue 5: pauses through real workers -------------------------------------------

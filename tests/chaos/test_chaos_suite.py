@@ -79,7 +79,7 @@ class Chaos:
     def start(self) -> None:
         self.started = time.monotonic()
         self.workers = [self.spawn() for _ in range(WORKERS)]
-        self.next_kill = self.started + self.rng.uniform(4, 8)
+        self.next_kill = self.started + self.rng.uniform(2.5, 5)
 
     def spawn(self) -> Proc:
         return self.fleet.worker(concurrency=CONCURRENCY, **self.worker_env)
@@ -170,7 +170,7 @@ class Chaos:
             self.warm_shutdown()
         elif now >= self.next_kill and fraction < 0.92:
             self.kill_one()
-            self.next_kill = now + self.rng.uniform(5, 10)
+            self.next_kill = now + self.rng.uniform(2.5, 5)
         for w in self.workers:  # a crash we did not cause is a finding: replace and count
             if not w.alive():
                 self.workers.remove(w)
