@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import psycopg
 
@@ -74,10 +74,8 @@ class RedisDb:
         self.url = ""
 
     def __enter__(self) -> RedisDb:
-        import redis
-
         for db in range(15, 0, -1):
-            lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")  # noqa: SIM115
+            lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -88,7 +86,6 @@ class RedisDb:
         else:
             raise RuntimeError("every Redis database 1-15 is locked by a test session")
         self.flush()
-        _ = redis
         return self
 
     def flush(self) -> None:
@@ -139,7 +136,7 @@ def row_bytes(url: str, owners: Mapping[str, str], key: str) -> dict[str, int]:
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         for table, column in owners.items():
             row = conn.execute(
-                f"SELECT coalesce(sum(pg_column_size(t.*) + 4), 0), count(*) "  # noqa: S608
+                f"SELECT coalesce(sum(pg_column_size(t.*) + 4), 0), count(*) "
                 f"FROM {table} t WHERE {column} = %s", (key,)).fetchone()
             out[table] = int(row[0]) if row else 0
             out[f"{table}_rows"] = int(row[1]) if row else 0
@@ -218,3 +215,64 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class System(Protocol):
+    """One way of running the workload, for ``interleaved_runs``."""
+
+    name: str
+    url: str
+    owners: Mapping[str, str]
+
+    def run(self, rid: str, n: int) -> float:
+        """Run ``rid`` (``n`` laps) to the end; its wall time in seconds."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def interleaved_runs(systems: list[System], sizes: Iterable[int], repeats: int, prefix: str,
+                     errors: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Overhead and bytes per lap of every system at every run length.
+
+    Systems take turns run by run (the order rotating each repeat), so a burst
+    of load on this shared machine hits all of them alike and the ratios stay
+    fair. Each system writes to its own database, so the disk growth measured
+    over its runs is its own. A system that fails is recorded in ``errors``
+    and dropped; the others go on.
+    """
+    from bench.workload import run_id
+
+    live = list(systems)
+    out: dict[str, dict[str, Any]] = {s.name: {} for s in systems}
+    for n in sizes:
+        before = {s.name: disk_bytes(s.url, s.owners) for s in live}
+        per_lap: dict[str, list[float]] = {s.name: [] for s in live}
+        rows: dict[str, list[int]] = {s.name: [] for s in live}
+        tables: dict[str, dict[str, int]] = {}
+        for r in range(repeats):
+            turn = r % max(len(live), 1)
+            for s in live[turn:] + live[:turn]:
+                rid = run_id(prefix, n, r)
+                try:
+                    per_lap[s.name].append(s.run(rid, n) / n * 1e3)
+                except Exception as e:
+                    errors[s.name] = f"run {rid}: {e!r}"
+                    log(f"{s.name} FAILED on {rid}: {e!r}")
+                    live.remove(s)
+                    continue
+                tables[s.name] = row_bytes(s.url, s.owners, rid)
+                rows[s.name].append(total_row_bytes(tables[s.name]))
+        for s in live:
+            disk = (disk_bytes(s.url, s.owners) - before[s.name]) / repeats
+            out[s.name][str(n)] = {
+                "ms_per_lap": summary(per_lap[s.name]),
+                "row_bytes_per_run": summary(rows[s.name]),
+                "row_bytes_per_lap": summary(b / n for b in rows[s.name]),
+                "disk_bytes_per_run": disk, "disk_bytes_per_lap": disk / n,
+                "row_bytes_by_table": tables[s.name], "run_id": run_id(prefix, n, 0),
+            }
+            log(f"{s.name} N={n}: {summary(per_lap[s.name])['median']:.2f} ms/lap, "
+                f"{summary(rows[s.name])['median'] / n:,.0f} B/lap (rows), "
+                f"{disk / n:,.0f} B/lap (disk)")
+    return out

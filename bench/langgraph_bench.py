@@ -17,18 +17,17 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib.metadata import version
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
-from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import _messages_delta_reducer, add_messages
+from langgraph.graph.message import add_messages
 
-from bench.common import disk_bytes, log, repeat_ms, row_bytes, summary, total_row_bytes
+from bench.common import log, repeat_ms, summary
 from bench.workload import USAGE, lap_spec, ledger, plan, run_id, tool_output
 
 OWNERS = {"checkpoints": "thread_id", "checkpoint_blobs": "thread_id",
@@ -44,12 +43,25 @@ class State(TypedDict):
     budget: dict[str, Any]
 
 
-class DeltaState(TypedDict):
-    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
-    lap: int
-    n: int
-    plan: list[dict[str, Any]]
-    budget: dict[str, Any]
+try:  # beta, langgraph >= 1.2
+    from langgraph.channels.delta import DeltaChannel
+    from langgraph.graph.message import _messages_delta_reducer
+except ImportError:  # pragma: no cover - older langgraph: the variant reports an error
+    DeltaChannel = None  # type: ignore[assignment,misc]
+
+if DeltaChannel is not None:
+    class DeltaState(TypedDict):
+        messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+        lap: int
+        n: int
+        plan: list[dict[str, Any]]
+        budget: dict[str, Any]
+
+
+def _delta_state() -> type:
+    if DeltaChannel is None:
+        raise ImportError("this langgraph has no DeltaChannel (beta, langgraph >= 1.2)")
+    return DeltaState
 
 
 def read(path: str) -> str:
@@ -79,7 +91,7 @@ def _route(state: Any) -> str:
 
 
 def build(saver: PostgresSaver, variant: str) -> Any:
-    graph = StateGraph(DeltaState if variant == "langgraph-delta" else State)
+    graph: StateGraph[Any] = StateGraph(_delta_state() if variant == "langgraph-delta" else State)
     graph.add_node("step", step)
     graph.add_edge(START, "step")
     graph.add_conditional_edges("step", _route, ["step", END])
@@ -111,32 +123,29 @@ def invoke(graph: Any, tid: str, n: int) -> float:
     return elapsed
 
 
-def bench_runs(url: str, variant: str, sizes: tuple[int, ...], repeats: int, prefix: str,
-               ) -> dict[str, Any]:
-    """Overhead per lap and bytes per lap at each run length."""
-    out: dict[str, Any] = {}
-    with saver(url) as s:
-        graph = build(s, variant)
-        invoke(graph, run_id(f"{prefix}w", 5, 0), 5)
-        for n in sizes:
-            before = disk_bytes(url, OWNERS)
-            per_lap, rows, tables = [], [], {}
-            for r in range(repeats):
-                tid = run_id(prefix, n, r)
-                per_lap.append(invoke(graph, tid, n) / n * 1e3)
-                tables = row_bytes(url, OWNERS, tid)
-                rows.append(total_row_bytes(tables))
-            disk = (disk_bytes(url, OWNERS) - before) / repeats
-            out[str(n)] = {
-                "ms_per_lap": summary(per_lap),
-                "row_bytes_per_run": summary(rows),
-                "row_bytes_per_lap": summary(b / n for b in rows),
-                "disk_bytes_per_run": disk, "disk_bytes_per_lap": disk / n,
-                "row_bytes_by_table": tables, "run_id": run_id(prefix, n, 0),
-            }
-            log(f"{variant} N={n}: {summary(per_lap)['median']:.2f} ms/lap, "
-                f"{summary(rows)['median'] / n:.0f} B/lap (rows), {disk / n:.0f} B/lap (disk)")
-    return out
+class Graph:
+    """The LangGraph graph on ``PostgresSaver``, as a ``System``."""
+
+    owners: Mapping[str, str] = OWNERS
+
+    def __init__(self, url: str, variant: str) -> None:
+        self.url, self.variant = url, variant
+        self.name = variant.replace("-", "_")
+        self._saver = saver(url)
+        s = self._saver.__enter__()
+        try:
+            s.setup()
+            self.graph = build(s, variant)
+            self.run(run_id("warm", 5, 0), 5)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, rid: str, n: int) -> float:
+        return invoke(self.graph, rid, n)
+
+    def close(self) -> None:
+        self._saver.__exit__(None, None, None)
 
 
 def bench_load(url: str, variant: str, run_ids: dict[int, str], samples: int,

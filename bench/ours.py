@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +25,20 @@ from agent_worker.checkpoint import load_checkpoint
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
+from bench.agents import BENCH_AGENT
 from bench.common import (
     Proc,
     celery_beat,
     celery_worker,
-    disk_bytes,
     log,
     repeat_ms,
-    row_bytes,
     sa_url,
     summary,
-    total_row_bytes,
     wait_for,
 )
-from bench.agents import BENCH_AGENT
 from bench.workload import AGENT_NAME, plan, run_id
 from store.base import DueLap, RunRecord
+from store.migrate import upgrade
 from store.rows import checkpoints, runs
 from store.sql import SqlStore
 
@@ -131,32 +130,22 @@ def run_inprocess(w: InProcessWorker, deferred: Deferred, rid: str, n: int) -> f
     return elapsed
 
 
-def bench_inprocess(url: str, sizes: tuple[int, ...], repeats: int, prefix: str,
-                    ) -> dict[str, Any]:
-    """Overhead per lap and bytes per lap at each run length, in-process."""
-    w, deferred = inprocess_worker(url)
-    run_inprocess(w, deferred, run_id(f"{prefix}w", 5, 0), 5)  # warm caches, pool, plans
-    out: dict[str, Any] = {}
-    for n in sizes:
-        before = disk_bytes(url, OWNERS)
-        per_lap, rows, tables = [], [], {}
-        for r in range(repeats):
-            rid = run_id(prefix, n, r)
-            per_lap.append(run_inprocess(w, deferred, rid, n) / n * 1e3)
-            tables = row_bytes(url, OWNERS, rid)
-            rows.append(total_row_bytes(tables))
-        disk = (disk_bytes(url, OWNERS) - before) / repeats
-        out[str(n)] = {
-            "ms_per_lap": summary(per_lap),
-            "row_bytes_per_run": summary(rows),
-            "row_bytes_per_lap": summary(b / n for b in rows),
-            "disk_bytes_per_run": disk, "disk_bytes_per_lap": disk / n,
-            "row_bytes_by_table": tables, "run_id": run_id(prefix, n, 0),
-        }
-        log(f"ours in-process N={n}: {summary(per_lap)['median']:.2f} ms/lap, "
-            f"{summary(rows)['median'] / n:.0f} B/lap (rows), {disk / n:.0f} B/lap (disk)")
-    w.rt.store.engine.dispose()  # type: ignore[attr-defined]
-    return out
+class InProcess:
+    """agent-worker's ``InProcessWorker`` on Postgres, as a ``System``."""
+
+    name = "ours"
+    owners: Mapping[str, str] = OWNERS
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.w, self.deferred = inprocess_worker(url)
+        self.run(run_id("warm", 5, 0), 5)  # connections, caches, plans
+
+    def run(self, rid: str, n: int) -> float:
+        return run_inprocess(self.w, self.deferred, rid, n)
+
+    def close(self) -> None:
+        self.w.rt.store.engine.dispose()  # type: ignore[attr-defined]
 
 
 # --- resume cost -------------------------------------------------------------------
@@ -220,14 +209,16 @@ def worker_env(url: str, broker: str, **extra: str) -> dict[str, str]:
 
 
 def celery_client(url: str, broker: str) -> tuple[AgentWorker, Deferred]:
-    """An ``AgentWorker`` in this process that sends laps through Celery."""
+    """An ``AgentWorker`` in this process that sends laps through Celery (the
+    database is migrated first, as a deployment would)."""
+    upgrade(sa_url(url))
     os.environ.update(AGENT_WORKER_DATABASE_URL=sa_url(url), AGENT_WORKER_BROKER_URL=broker,
                       AGENT_WORKER_AGENT_MODULES="bench.agents")
     get_settings.cache_clear()
     from tasks.app import app
     from tasks.dispatch import CeleryDispatcher
 
-    app.conf.broker_url = broker
+    app.conf.update(broker_url=broker)
     deferred = Deferred(CeleryDispatcher())
     return AgentWorker(Runtime(store=SqlStore(sa_url(url)), dispatcher=deferred,
                                settings=get_settings())), deferred
@@ -256,31 +247,37 @@ def _run_celery(aw: AgentWorker, deferred: Deferred, rid: str, n: int, timeout: 
     start(aw, rid)
     sent = datetime.now().astimezone()
     deferred.flush()
-    wait_for(lambda: _finished(store, [rid]), timeout, f"run {rid}", interval=0.02)
+    wait_for(lambda: _finished(store, [rid]), timeout, f"run {rid}", interval=0.05)
     check_finished(store, rid, n)
     run = store.get_run(rid)
     assert run is not None and run.finished_at is not None
     return (run.finished_at - sent).total_seconds()
 
 
-def bench_celery(url: str, broker: str, sizes: tuple[int, ...], repeats: int, prefix: str,
-                 logdir: Path) -> dict[str, Any]:
-    """Overhead per lap through one Celery worker process (one run at a time):
-    send, Redis, claim, lap, commit, send the next lap."""
-    aw, deferred = celery_client(url, broker)
-    worker = celery_worker(worker_env(url, broker), 1, "bench-c1", logdir / "celery-c1.log")
-    try:
-        _run_celery(aw, deferred, run_id(f"{prefix}w", 5, 0), 5, timeout=120)
-        out: dict[str, Any] = {}
-        for n in sizes:
-            per_lap = [_run_celery(aw, deferred, run_id(prefix, n, r), n, timeout=60 + n)
-                       / n * 1e3 for r in range(repeats)]
-            out[str(n)] = {"ms_per_lap": summary(per_lap)}
-            log(f"ours celery N={n}: {summary(per_lap)['median']:.2f} ms/lap")
-        return out
-    finally:
-        worker.stop()
-        aw.rt.store.engine.dispose()  # type: ignore[attr-defined]
+class ViaCelery:
+    """agent-worker through one real Celery worker process (prefork, concurrency
+    1), one run at a time: send, Redis, claim, lap, commit, send the next lap."""
+
+    name = "celery"
+    owners: Mapping[str, str] = OWNERS
+
+    def __init__(self, url: str, broker: str, logdir: Path) -> None:
+        self.url = url
+        self.aw, self.deferred = celery_client(url, broker)
+        self.worker = celery_worker(worker_env(url, broker), 1, "bench-c1",
+                                    logdir / "celery-c1.log")
+        try:
+            self.run(run_id("warm", 5, 0), 5)
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, rid: str, n: int) -> float:
+        return _run_celery(self.aw, self.deferred, rid, n, timeout=120 + n)
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.aw.rt.store.engine.dispose()  # type: ignore[attr-defined]
 
 
 def bench_throughput(url: str, broker: str, processes: tuple[int, ...], runs_n: int,
@@ -306,7 +303,7 @@ def bench_throughput(url: str, broker: str, processes: tuple[int, ...], runs_n: 
                     for rid in rids:
                         start(aw, rid)
                     deferred.flush()
-                    wait_for(lambda rids=rids: _finished(store, rids), 60 + runs_n * laps / 5,
+                    wait_for(partial(_finished, store, rids), 60 + runs_n * laps / 5,
                              f"{runs_n} runs on {k} processes", interval=0.5)
                     count, seconds = _span(store, rids)
                     if count != runs_n * laps:
@@ -348,19 +345,18 @@ def bench_recovery(url: str, broker: str, repeats: int, prefix: str,
             rid = run_id(f"{prefix}r{rep}", 8, 0)
             start(aw, rid)
             deferred.flush()
-            run = wait_for(lambda rid=rid: _running(store, rid, 3), 60, "lap 3 running",
+            run = wait_for(partial(_running, store, rid, 3), 60, "lap 3 running",
                            interval=0.01)
             victim = _proc_of(procs, int(str(run.lease_owner).split(":")[1]))
             killed_at = datetime.now(UTC)
             victim.kill(signal.SIGKILL)
             procs.remove(victim)
-            committed = wait_for(
-                lambda rid=rid, lap=run.next_lap: _committed_at(store, rid, lap), 60,
-                f"lap {run.next_lap} recommitted")
+            committed = wait_for(partial(_committed_at, store, rid, run.next_lap), 60,
+                                 f"lap {run.next_lap} recommitted")
             gaps.append((committed - killed_at).total_seconds())
             log(f"ours recovery #{rep}: {gaps[-1]:.2f} s")
             procs.append(celery_worker(env, 1, f"bench-rec{rep}", logdir / f"rec-re{rep}.log"))
-            wait_for(lambda rid=rid: _finished(store, [rid]), 120, "recovered run to finish")
+            wait_for(partial(_finished, store, [rid]), 120, "recovered run to finish")
         return {"seconds": summary(gaps), "lease_ttl_s": 3.0, "sweep_interval_s": 0.5}
     finally:
         for p in procs:
@@ -406,6 +402,7 @@ def profile_inprocess(url: str, n: int, prefix: str, html: Path) -> dict[str, An
     html.write_text(profiler.output_html())
     html.with_suffix(".txt").write_text(profiler.output_text(color=False, show_all=False))
     session = profiler.last_session
+    assert session is not None
     root = session.root_frame()
     assert root is not None
     total = session.duration
@@ -456,10 +453,75 @@ def _inclusive(root: Any, n: int, steps: dict[str, Callable[[str, str], bool]],
 
 
 def _self_times(root: Any, n: int, top: int) -> list[dict[str, Any]]:
-    """Functions by self time (time spent in them, not in their callees), per lap."""
+    """Functions by self time (time spent in them, not in their callees), per lap.
+    A frame's ``total_self_time`` already includes its synthetic ``[self]`` leaves."""
     acc: dict[str, float] = {}
     for frame, _ in _walk(root, frozenset()):
+        if frame.is_synthetic:
+            continue
         key = f"{frame.function} ({frame.file_path_short}:{frame.line_no})"
         acc[key] = acc.get(key, 0.0) + frame.total_self_time
     ranked = sorted(acc.items(), key=lambda kv: -kv[1])[:top]
     return [{"function": k, "ms_per_lap": round(v / n * 1e3, 3)} for k, v in ranked]
+
+
+def sql_census(url: str, n: int, prefix: str) -> dict[str, Any]:
+    """What one in-process lap sends to Postgres: network round trips (each
+    wait of psycopg on the socket: statements, BEGIN, COMMIT, pool pings),
+    statements by kind and table, transactions and pool checkouts."""
+    import psycopg
+    from sqlalchemy import event
+
+    w, deferred = inprocess_worker(url)
+    run_inprocess(w, deferred, run_id(f"{prefix}w", 5, 0), 5)
+    engine = w.rt.store.engine  # type: ignore[attr-defined]
+    counts = {"round_trips": 0, "statements": 0, "commits": 0, "checkouts": 0}
+    kinds: dict[str, int] = {}
+    def on_execute(*args: Any) -> None:
+        key = _statement_shape(str(args[2]))
+        kinds[key] = kinds.get(key, 0) + 1
+        counts["statements"] += 1
+
+    def on_commit(*_: Any) -> None:
+        counts["commits"] += 1
+
+    def on_checkout(*_: Any) -> None:
+        counts["checkouts"] += 1
+
+    original = psycopg.Connection.wait
+
+    def counting_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["round_trips"] += 1
+        return original(self, *args, **kwargs)
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    event.listen(engine, "commit", on_commit)
+    event.listen(engine.pool, "checkout", on_checkout)
+    psycopg.Connection.wait = counting_wait  # type: ignore[method-assign]
+    try:
+        run_inprocess(w, deferred, run_id(prefix, n, 0), n)
+    finally:
+        psycopg.Connection.wait = original  # type: ignore[method-assign]
+        event.remove(engine, "before_cursor_execute", on_execute)
+        event.remove(engine, "commit", on_commit)
+        event.remove(engine.pool, "checkout", on_checkout)
+        engine.dispose()
+    per_lap = {k: round(v / n, 2) for k, v in counts.items()}
+    per_lap_kinds = {k: round(v / n, 2) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])}
+    log(f"ours census per lap: {per_lap}")
+    return {"n": n, "per_lap": per_lap, "statements_per_lap": per_lap_kinds}
+
+
+def _statement_shape(sql: str) -> str:
+    """``UPDATE runs``, ``INSERT messages``, ``SELECT checkpoints``, ``WITH … UPDATE runs``."""
+    import re
+
+    text_ = " ".join(sql.split())
+    op = text_.split(" ", 1)[0].upper()
+    if op == "WITH":
+        m = re.search(r"\b(UPDATE|INSERT INTO|DELETE FROM)\s+(\w+)", text_, re.I)
+        return f"WITH .. {m.group(1).split()[0].upper()} {m.group(2)}" if m else "WITH"
+    pattern = {"UPDATE": r"^UPDATE\s+(\w+)", "INSERT": r"^INSERT\s+INTO\s+(\w+)",
+               "DELETE": r"^DELETE\s+FROM\s+(\w+)"}.get(op, r"\bFROM\s+(\w+)")
+    m = re.search(pattern, text_, re.I)
+    return f"{op} {m.group(1)}" if m else op

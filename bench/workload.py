@@ -35,7 +35,7 @@ USAGE = (100, 20)
 """Tokens the scripted model reports per turn (input, output)."""
 AGENT_NAME = "bench"
 
-_WORDS = (
+_TEXT = (
     "the run resumes from its last checkpoint after a worker dies and the lease expires "
     "while the sweeper sends the lap again so nothing is lost and no refund lands twice "
     "customer order invoice shipment warehouse ticket account balance ledger payment "
@@ -45,7 +45,8 @@ _WORDS = (
     "quickly carefully exactly roughly nearly almost never always often sometimes "
     "green blue amber red small large early late first second third final pending "
     "applied failed retried recovered paused queued running finished committed fenced"
-).split()
+)
+_WORDS = _TEXT.split()
 
 
 def prose(seed: str, length: int) -> str:

@@ -178,27 +178,32 @@ def test_db_upgrade_and_launch_commands(cli: Cli) -> None:
     queues = argv[argv.index("--queues") + 1].split(",")
     assert "laps.loop.v1" in queues and "laps.refund-desk.v1" in queues and "maint" in queues
     assert argv[-2:] == ["--concurrency", "3"], "extra arguments pass through"
-    custom = cli("worker", "--dry-run", "--json", "-Q", "only").json["argv"]
+    custom = cli("worker", "--dry-run", "--json", "-Q", "only", inproc=True).json["argv"]
     assert "--queues" not in custom and custom[-2:] == ["-Q", "only"]
     beat = cli("beat", "--dry-run", "--json", "--schedule", "/tmp/s.db").json["argv"]
     assert beat[4:6] == ["tasks", "beat"] and beat[beat.index("--schedule") + 1] == "/tmp/s.db"
 
 
 def test_bad_input_exit_codes(cli: Cli) -> None:
-    err = cli("submit", "no-such-agent", "--json", code=2).err
-    assert err.startswith("error: unknown_agent: ")
-    assert "not valid JSON" in cli("submit", "loop", "--input", "{nope", code=2).err
-    assert cli("submit", "loop", "--input", "@/nonexistent.json", code=2).err
-    assert cli("submit", "loop", "--run-id", "bad id!", code=2).err.startswith(
-        "error: invalid_input")
+    assert cli("submit", "no-such-agent", "--json", code=2).err.startswith(
+        "error: unknown_agent: ")
     assert cli("runs", "show", "no-such-run", "--json", code=3).err.startswith(
         "error: unknown_run: ")
-    assert cli("cancel", "no-such-run", "--reason", "x", code=3).err
-    assert cli("runs", "show", code=2).err.startswith("error: usage: ")
-    assert cli("runs", "list", "--bogus", code=2).err.startswith("error: usage: ")
-    assert "unknown effect" in cli("effects", "resolve", "nope:1:0", "--applied", code=2).err
-    assert cli("effects", "resolve", "nope:1:0", code=2).err
-    assert cli("approve", "no-such-approval", code=2).err
+
+    def err(*args: str, code: int) -> str:
+        return cli(*args, code=code, inproc=True).err
+
+    assert "not valid JSON" in err("submit", "loop", "--input", "{nope", code=2)
+    assert "cannot read" in err("submit", "loop", "--input", "@/nonexistent.json", code=2)
+    assert err("submit", "loop", "--run-id", "bad id!", code=2).startswith(
+        "error: invalid_input")
+    assert err("cancel", "no-such-run", "--reason", "x", code=3)
+    assert err("signal", "no-such-run", "go", code=3)
+    assert err("runs", "show", code=2).startswith("error: usage: ")
+    assert err("runs", "list", "--bogus", code=2).startswith("error: usage: ")
+    assert "unknown effect" in err("effects", "resolve", "nope:1:0", "--applied", code=3)
+    assert "--applied or --not-applied" in err("effects", "resolve", "nope:1:0", code=2)
+    assert "unknown approval" in err("approve", "no-such-approval", code=3)
 
 
 # --- with the module's worker ---------------------------------------------------------------
@@ -211,16 +216,17 @@ def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) ->
     assert run["id"] == "cli-loop-1" and run["status"] == "succeeded"
     assert run["result"] == {"laps": 3} and run["lap"] == 3 and run["tenant"] == "cli-t1"
     again = cli("submit", "loop", "--input", '{"laps": 3}', "--run-id", "cli-loop-1",
-                "--json").json
+                "--json", inproc=True).json
     assert again["id"] == "cli-loop-1" and again["status"] == "succeeded", "idempotent id"
 
     listed = cli("runs", "list", "--tenant", "cli-t1", "--json").json
     assert [r["id"] for r in listed] == ["cli-loop-1"]
-    assert cli("runs", "list", "--tenant", "cli-t1", "--status", "failed", "--json").json == []
+    assert cli("runs", "list", "--tenant", "cli-t1", "--status", "failed", "--json",
+               inproc=True).json == []
     assert [r["id"] for r in cli("runs", "list", "--agent", "loop", "--agent-version", "1",
-                                 "--status", "succeeded", "--limit", "500", "--json").json
-            if r["id"] == "cli-loop-1"] == ["cli-loop-1"]
-    human = cli("runs", "list", "--tenant", "cli-t1")
+                                 "--status", "succeeded", "--limit", "500", "--json",
+                                 inproc=True).json if r["id"] == "cli-loop-1"] == ["cli-loop-1"]
+    human = cli("runs", "list", "--tenant", "cli-t1", inproc=True)
     assert "cli-loop-1" in human.out and "succeeded" in human.out
 
     shown = cli("runs", "show", "cli-loop-1", "--laps", "--json").json
@@ -233,29 +239,27 @@ def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) ->
     assert first["tools"][0]["name"] == "step" and first["tools"][0]["ms"] is not None
     assert [t["step"] for t in first["trace"]] == ["model", "tool", "commit"]
     assert shown["laps"][2]["model"]["text"] == '{"laps": 3}' and not shown["laps"][2]["tools"]
-    assert "lap 2" in cli("runs", "show", "cli-loop-1", "--laps", "--last", "2").out
+    human = cli("runs", "show", "cli-loop-1", "--laps", "--last", "2", inproc=True).out
+    assert "lap 2" in human and "lap 1 " not in human and "succeeded" in human
 
     # An agent that declares a plan in its checkpoint: progress shows against it.
-    from sqlalchemy import create_engine, select, update
+    from sqlalchemy import select, update
 
     from store.rows import checkpoints
 
-    engine = create_engine(database_url)
-    with engine.begin() as conn:
+    with cli.store.engine.begin() as conn:
         where = (checkpoints.c.run_id == "cli-loop-1", checkpoints.c.lap == 3)
         state = dict(conn.execute(select(checkpoints.c.state).where(*where)).scalar_one())
         state["plan"] = [{"title": "read", "done": True}, {"title": "write", "done": False}]
         conn.execute(update(checkpoints).where(*where).values(state=state))
-    engine.dispose()
     row = cli("runs", "list", "--tenant", "cli-t1", "--json").json[0]
     assert row["plan"] == {"done": 1, "total": 2, "next": "write"}
-    assert "1/2" in cli("runs", "list", "--tenant", "cli-t1").out
+    assert "1/2" in cli("runs", "list", "--tenant", "cli-t1", inproc=True).out
 
 
 def test_tail_and_watch_follow_laps(cli: Cli) -> None:
-    run = cli("submit", "loop", "--input", '{"laps": 4, "pause": 0.2}', "--tenant",
-              "cli-batch", "--json").json
-    events = cli("runs", "tail", run["id"], "--last", "1000", "--interval", "0.2",
+    run_id = cli.submit("loop", {"laps": 4, "pause": 0.2}, "--tenant", "cli-batch")
+    events = cli("runs", "tail", run_id, "--last", "1000", "--interval", "0.2",
                  "--timeout", "120", "--json").lines
     laps = [e["lap"] for e in events if e["event"] == "lap_committed"]
     assert laps == [1, 2, 3, 4]
@@ -263,13 +267,13 @@ def test_tail_and_watch_follow_laps(cli: Cli) -> None:
                if e["event"] == "lap_committed" and e["lap"] < 4)
     assert events[-1]["event"] == "end" and events[-1]["run"]["status"] == "succeeded"
 
-    cli("submit", "loop", "--input", '{"laps": 3, "pause": 0.2}', "--tenant", "cli-batch")
+    cli.submit("loop", {"laps": 3, "pause": 0.2}, "--tenant", "cli-batch")
     frames = cli("runs", "list", "--tenant", "cli-batch", "--watch", "--until-done",
                  "--interval", "0.3", "--json").lines
     assert frames[-1]["total"] == 2 and frames[-1]["finished"] == 2
     assert frames[-1]["by_status"] == {"succeeded": 2}
     assert cli("runs", "list", "--tenant", "cli-batch", "--watch", "--count", "1",
-               "--json").lines[0]["total"] == 2
+               "--json", inproc=True).lines[0]["total"] == 2
 
 
 def test_stale_filter(cli: Cli, database_url: str) -> None:
@@ -279,15 +283,13 @@ def test_stale_filter(cli: Cli, database_url: str) -> None:
     from agent_worker.model.scripted import ScriptedModel, turn
     from agent_worker.runtime import Runtime
     from agent_worker.settings import Settings
-    from store.sql import SqlStore
 
     class Drop:
         def send(self, lap: object) -> None:
             pass
 
     register(Agent(name="cli-orphan", model=lambda: ScriptedModel(lambda r: turn("x"))))
-    store = SqlStore(database_url)
-    aw = AgentWorker(Runtime(store=store, dispatcher=Drop(),
+    aw = AgentWorker(Runtime(store=cli.store, dispatcher=Drop(),
                              settings=Settings(database_url=database_url)))
     orphan = aw.start_run("cli-orphan", {})
     try:
@@ -297,24 +299,23 @@ def test_stale_filter(cli: Cli, database_url: str) -> None:
             return {r["id"] for r in rows if r["stale"]}
 
         wait_for(lambda: orphan.id in stale_ids(), timeout=30, interval=0.5, what="stale")
-        assert orphan.id not in {r["id"] for r in cli("runs", "list", "--stale",
-                                                        "--json").json}
+        assert orphan.id not in {r["id"] for r in cli("runs", "list", "--stale", "--json",
+                                                        inproc=True).json}
     finally:
-        store.delete_run(orphan.id)
-        store.engine.dispose()
+        cli.store.delete_run(orphan.id)
 
 
 def test_approve_and_reject(cli: Cli) -> None:
     plan = {"plan": [["wire_money", {"account": "cli-a1", "amount_cents": 250}]]}
-    approved = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
-    rejected = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
+    paid_before = cli.vendor.client.stats()["total_cents"]
+    approved, rejected = cli.submit("pauses", plan), cli.submit("pauses", plan)
     for run_id in (approved, rejected):
         cli.wait_status(run_id, "waiting")
     inbox = cli("approvals", "list", "--json").json
     mine = {a["run_id"]: a for a in inbox if a["run_id"] in (approved, rejected)}
     assert set(mine) == {approved, rejected}
     assert mine[approved]["tool"] == "wire_money" and mine[approved]["owner"] == "ops"
-    shown = cli("runs", "show", approved, "--json").json
+    shown = cli("runs", "show", approved, "--json", inproc=True).json
     assert shown["waiting_for"] == f"approval:{mine[approved]['id']}"
     assert [a["id"] for a in shown["pending_approvals"]] == [mine[approved]["id"]]
 
@@ -323,37 +324,37 @@ def test_approve_and_reject(cli: Cli) -> None:
     assert decided["status"] == "approved" and decided["decided_by"] == "alice"
     assert cli("reject", rejected, "--by", "bob", "--comment", "no", "--json").json[
         "status"] == "rejected"
-    assert cli.wait_status(approved, "succeeded")["status"] == "succeeded"
-    assert cli.wait_status(rejected, "succeeded")["status"] == "succeeded"
-    err = cli("approve", mine[approved]["id"], "--by", "alice", code=4).err
-    assert err.startswith("error: already_decided: ")
-    assert cli("approvals", "list", "--status", "approved", "--run", approved,
-               "--json").json[0]["decided_by"] == "alice"
-    assert cli.vendor.client.stats()["total_cents"] >= 250
+    cli.wait_status(approved, "succeeded")
+    cli.wait_status(rejected, "succeeded")
+    assert cli("approve", mine[approved]["id"], "--by", "alice", code=4,
+               inproc=True).err.startswith("error: already_decided: ")
+    assert cli("approvals", "list", "--status", "approved", "--run", approved, "--json",
+               inproc=True).json[0]["decided_by"] == "alice"
+    paid = cli.vendor.client.stats()["total_cents"] - paid_before
+    assert paid == 250, "only the approved call paid"
 
 
 def test_signal_resumes_a_waiting_run(cli: Cli) -> None:
-    plan = {"plan": [["wait_for_signal", {"name": "go"}]]}
-    run_id = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
-    assert cli.wait_status(run_id, "waiting")["waiting_for"] == "signal:go"
+    run_id = cli.submit("pauses", {"plan": [["wait_for_signal", {"name": "go"}]]})
+    assert cli.wait_status(run_id, "waiting").waiting_for == "signal:go"
     sent = cli("signal", run_id, "go", "--payload", '{"n": 7}', "--json").json
     assert sent["name"] == "go" and sent["payload"] == {"n": 7}
     cli.wait_status(run_id, "succeeded")
-    laps = cli("runs", "show", run_id, "--laps", "--json").json["laps"]
+    laps = cli("runs", "show", run_id, "--laps", "--json", inproc=True).json["laps"]
     delivered = [t for lap in laps for t in lap["tools"] if t["name"] == "wait_for_signal"]
     assert delivered and '"n": 7' in delivered[0]["result"]
-    assert cli("signal", run_id, "go", code=4).err.startswith("error: invalid_state: ")
+    assert cli("signal", run_id, "go", code=4, inproc=True).err.startswith(
+        "error: invalid_state: ")
 
 
 def test_cancel_waits_for_the_run_to_stop(cli: Cli) -> None:
-    run_id = cli("submit", "loop", "--input", '{"laps": 500, "pause": 0.2}',
-                 "--json").json["id"]
-    wait_for(lambda: cli("runs", "show", run_id, "--json").json["lap"] >= 1, timeout=60,
-             interval=0.5, what="a first lap")
+    run_id = cli.submit("loop", {"laps": 500, "pause": 0.2})
+    wait_for(lambda: cli.run(run_id).lap >= 1, timeout=60, what="a first lap")
     done = cli("cancel", run_id, "--reason", "operator test", "--by", "bob", "--wait",
                "--timeout", "90", "--json").json
     assert done["status"] == "cancelled" and done["cancel_requested"]
-    assert cli("cancel", run_id, "--reason", "again", code=4).err
+    assert cli.run(run_id).cancelled_by == "bob"
+    assert cli("cancel", run_id, "--reason", "again", code=4, inproc=True).err
 
 
 def test_failed_run_retry_and_structured_logs(cli: Cli) -> None:
@@ -364,10 +365,13 @@ def test_failed_run_retry_and_structured_logs(cli: Cli) -> None:
     assert failed.err.startswith("error: lap_error: ")
     again = cli("retry", run["id"], "--by", "carol", "--json").json
     assert again["status"] in ("queued", "running") and again["error_code"] is None
-    cli.wait_status(run["id"], "failed")
-    assert cli("runs", "tail", run["id"], "--last", "3", "--json", code=1).lines[-1][
-        "run"]["status"] == "failed"
-    assert cli("retry", "cli-loop-1", code=4).err.startswith("error: invalid_state: ")
+    tailed = cli("runs", "tail", run["id"], "--last", "1000", "--timeout", "120", "--json",
+                 code=1)
+    assert tailed.lines[-1]["run"]["status"] == "failed"
+    kinds = [e["event"] for e in tailed.lines]
+    assert kinds.count("retry") == 2 and kinds.count("retried") == 1, kinds
+    assert cli("retry", "cli-loop-1", code=4, inproc=True).err.startswith(
+        "error: invalid_state: ")
     # The worker logs JSON lines that carry the lap's identity.
     records = [json.loads(line) for line in cli.worker.log.read_text().splitlines()
                if line.startswith("{")]
@@ -382,10 +386,10 @@ def test_failed_run_retry_and_structured_logs(cli: Cli) -> None:
 def test_unknown_effect_is_resolved_by_a_human(cli: Cli) -> None:
     """The worker dies right after writing the intent of a compensatable call with
     no lookup: nobody knows whether it landed, so the run waits for a human."""
-    plan = {"plan": [["book", {"order_id": "cli-e1", "amount_cents": 100}]]}
-    run_id = cli("submit", "pauses", "--input", json.dumps(plan), "--json").json["id"]
+    run_id = cli.submit("pauses", {"plan": [["book", {"order_id": "cli-e1",
+                                                      "amount_cents": 100}]]})
     run = cli.wait_status(run_id, "waiting", timeout=120)
-    assert run["waiting_for"].startswith("effect:") and run["error_code"] == "effect_unknown"
+    assert (run.waiting_for or "").startswith("effect:") and run.error_code == "effect_unknown"
     unknown = cli("effects", "list", run_id, "--status", "unknown", "--json").json
     assert [e["tool"] for e in unknown] == ["book"]
     key = unknown[0]["key"]
@@ -393,16 +397,22 @@ def test_unknown_effect_is_resolved_by_a_human(cli: Cli) -> None:
                    "--result", '{"refund_id": "manual"}', "--json").json
     assert resolved["resolved"] == "applied" and resolved["effect"]["status"] == "applied"
     cli.wait_status(run_id, "succeeded")
-    assert cli("effects", "resolve", key, "--not-applied", "--by", "ops", code=4).err
-    assert cli.vendor.client.stats()["by_key"].get(key) is None, "book was never re-called"
+    laps = cli("runs", "show", run_id, "--laps", "--json", inproc=True).json["laps"]
+    booked = [t for lap in laps for t in lap["tools"] if t["name"] == "book"]
+    assert booked == [{**booked[0], "effect": {"key": key, "kind": "compensatable",
+                                               "status": "applied"}}]
+    assert "manual" in booked[0]["result"], "the model saw the resolved result"
+    assert cli("effects", "resolve", key, "--not-applied", "--by", "ops", code=4,
+               inproc=True).err
+    assert key not in cli.vendor.client.stats()["by_key"], "book was never re-called"
 
 
 def test_fork_from_a_lap(cli: Cli) -> None:
     fork = cli("fork", "cli-loop-1", "--lap", "1", "--run-id", "cli-fork-1", "--json").json
     assert fork["id"] == "cli-fork-1" and fork["parent_run_id"] == "cli-loop-1"
     assert fork["forked_from_lap"] == 1
-    assert cli.wait_status("cli-fork-1", "succeeded")["result"] == {"laps": 3}
-    assert cli("fork", "cli-loop-1", "--lap", "99", code=2).err
+    assert cli.wait_status("cli-fork-1", "succeeded").result == {"laps": 3}
+    assert cli("fork", "cli-loop-1", "--lap", "99", code=2, inproc=True).err
 
 
 def test_metrics_once_and_demo(cli: Cli) -> None:
