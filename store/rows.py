@@ -36,7 +36,10 @@ def to_run(row: Row[Any]) -> RunRecord:
 
 
 def to_message(row: Row[Any, Any, Any]) -> StoredMessage:
-    return StoredMessage(seq=row.seq, lap=row.lap, message=Message.model_validate(row.body))
+    body = row.body
+    message = (Message.model_validate_json(body) if isinstance(body, str)
+               else Message.model_validate(body))
+    return StoredMessage(seq=row.seq, lap=row.lap, message=message)
 
 
 def message_body(message: Message) -> dict[str, Any]:

@@ -30,4 +30,4 @@ def _fresh_after_fork(**_: object) -> None:
 @worker_process_shutdown.connect
 def _dispose(**_: object) -> None:
     if _runtime is not None and isinstance(_runtime.store, SqlStore):
-        _runtime.store.engine.dispose()
+        _runtime.store.dispose()

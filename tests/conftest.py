@@ -130,8 +130,9 @@ def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     api.configure(None)
     client = api.client()
     yield client
-    store = client.rt.store
-    if hasattr(store, "engine"):
-        store.engine.dispose()
+    from store.sql import SqlStore
+
+    if isinstance(client.rt.store, SqlStore):
+        client.rt.store.dispose()
     api.configure(None)
     get_settings.cache_clear()

@@ -58,7 +58,7 @@ def worker(database_url: str) -> Iterator[InProcessWorker]:
     w = InProcessWorker(database_url)
     yield w
     assert isinstance(w.rt.store, SqlStore)
-    w.rt.store.engine.dispose()
+    w.rt.store.dispose()
 
 
 def test_fork_from_lap_10_completes_without_repeating_effects(

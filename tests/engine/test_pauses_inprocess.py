@@ -115,7 +115,7 @@ def w(url: str, clock: ManualClock) -> Iterator[InProcessWorker]:
 def _dispose(worker: InProcessWorker) -> None:
     store = worker.rt.store
     assert isinstance(store, SqlStore)
-    store.engine.dispose()
+    store.dispose()
 
 
 def _reopen(old: InProcessWorker, url: str, clock: ManualClock) -> InProcessWorker:

@@ -140,7 +140,7 @@ def cli(database_url: str, broker_url: str,
             for p in (worker, beat):
                 p.kill(signal.SIGKILL)
             vendor.stop()
-            store.engine.dispose()
+            store.dispose()
 
 
 @contextmanager
@@ -412,7 +412,7 @@ def test_fork_from_a_lap(cli: Cli) -> None:
     assert fork["id"] == "cli-fork-1" and fork["parent_run_id"] == "cli-loop-1"
     assert fork["forked_from_lap"] == 1
     assert cli.wait_status("cli-fork-1", "succeeded").result == {"laps": 3}
-    assert cli("fork", "cli-loop-1", "--lap", "99", code=2, inproc=True).err
+    assert cli("fork", "cli-loop-1", "--lap", "99", code=3, inproc=True).err
 
 
 def test_metrics_once_and_demo(cli: Cli) -> None:

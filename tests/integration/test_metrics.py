@@ -84,7 +84,7 @@ def aw_local(database_url: str) -> Iterator[AgentWorker]:
     yield aw
     for run_id in created:
         store.delete_run(run_id)
-    store.engine.dispose()
+    store.dispose()
 
 
 def free_port() -> int:

@@ -256,6 +256,11 @@ def _broker_backlog(url: str) -> tuple[int, int]:
 
 def test_a_thousand_paused_runs_hold_no_worker(aw: AgentWorker, fleet: Fleet,
                                                broker_url: str) -> None:
+    # Earlier tests of this session SIGKILLed workers on this Redis database; their
+    # unacked messages would sit in the broker for the visibility timeout.
+    r = redis.Redis.from_url(broker_url)
+    r.flushdb()
+    r.close()
     worker = fleet.worker(concurrency=2)
     sleep_a_year = _plan(["sleep", {"seconds": YEAR}])
 

@@ -28,7 +28,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
         url = request.getfixturevalue("database_url")
     s = SqlStore(url)
     yield s
-    s.engine.dispose()
+    s.dispose()
 
 
 def _new(run_id: str, now: datetime = NOW) -> NewRun:
@@ -110,7 +110,7 @@ def test_concurrent_claims_one_winner_on_postgres(database_url: str) -> None:
         t.start()
     for t in threads:
         t.join()
-    store.engine.dispose()
+    store.dispose()
     assert len(wins) == 1
 
 

@@ -36,7 +36,7 @@ def long_run(database_url: str) -> Iterator[tuple[InProcessWorker, str]]:
     yield w, run.id
     assert isinstance(w.rt.store, SqlStore)
     w.rt.store.delete_run(run.id)
-    w.rt.store.engine.dispose()
+    w.rt.store.dispose()
 
 
 def lap_bytes(store: SqlStore, run_id: str, lap: int) -> int:

@@ -1,0 +1,73 @@
+"""The lap's hot-path statements, built once with bind parameters.
+
+Building a SQLAlchemy expression costs more than sending it; these run on
+every lap, so they are constructed at import and only their parameters change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Integer, String, Text, bindparam, cast, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from store.models import UTCDateTime
+from store.rows import checkpoints, messages, runs
+
+RUNNABLE = ("queued", "running")
+
+_now = bindparam("now", type_=UTCDateTime())
+_owner = bindparam("owner", type_=String())
+
+#: Take the lease if the run is at this lap, runnable, due, and not leased by a
+#: live worker (or by this very attempt: a retry after a lost reply re-claims);
+#: return the run and the checkpoint the lap resumes from.
+CLAIM = (
+    update(runs)
+    .where(
+        runs.c.id == bindparam("run_id"),
+        runs.c.next_lap == bindparam("lap"),
+        runs.c.status.in_(RUNNABLE),
+        or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < _now,
+            runs.c.lease_owner == _owner),
+        or_(runs.c.wake_at.is_(None), runs.c.wake_at <= _now),
+    )
+    .values(status="running", lease_owner=_owner,
+            lease_expires_at=bindparam("expires", type_=UTCDateTime()),
+            lap_attempts=runs.c.lap_attempts + 1, wake_at=None, updated_at=_now)
+    .returning(
+        *runs.c,
+        select(checkpoints.c.state)
+        .where(checkpoints.c.run_id == runs.c.id, checkpoints.c.lap == runs.c.next_lap - 1)
+        .scalar_subquery().label("checkpoint_state"),
+    )
+)
+
+#: The recent messages of a run, plus its compaction summary wherever it sits;
+#: bodies as JSON text, parsed straight into messages by pydantic.
+WINDOW = (
+    select(messages.c.seq, messages.c.lap, cast(messages.c.body, Text).label("body"))
+    .where(messages.c.run_id == bindparam("run_id"),
+           or_(messages.c.seq >= bindparam("start"),
+               messages.c.seq == bindparam("summary", type_=Integer())))
+    .order_by(messages.c.seq)
+)
+
+
+def _journal(dialect: Any) -> Any:
+    holds_lease = select(runs.c.id).where(
+        runs.c.id == bindparam("run_id"), runs.c.next_lap == bindparam("lap"),
+        runs.c.lease_owner == _owner, runs.c.cancel_requested_at.is_(None)).exists()
+    source = select(
+        bindparam("run_id", type_=String()), bindparam("seq", type_=Integer()),
+        bindparam("lap", type_=Integer()), bindparam("body", type_=messages.c.body.type),
+        _now,
+    ).where(holds_lease)
+    return (dialect.insert(messages)
+            .from_select(["run_id", "seq", "lap", "body", "created_at"], source)
+            .on_conflict_do_nothing().returning(messages.c.seq))
+
+
+#: Journal a lap's model output at its sequence number, only while holding the
+#: lease; nothing is returned on a conflict (an earlier attempt journaled first).
+JOURNAL = {"postgresql": _journal(postgresql), "sqlite": _journal(sqlite)}
