@@ -36,6 +36,7 @@ WITH fenced AS (
     INSERT INTO messages (run_id, seq, lap, body, created_at)
     SELECT fenced.id, m.seq, :lap, m.body, :now
     FROM fenced, json_to_recordset(CAST(:messages AS json)) AS m(seq int, body json)
+    ON CONFLICT (run_id, seq) DO NOTHING
 ), new_checkpoint AS (
     INSERT INTO checkpoints (run_id, lap, schema_version, state, created_at)
     SELECT fenced.id, :lap, :schema_version, CAST(:state AS json), :now FROM fenced

@@ -60,12 +60,14 @@ class SqlStore:
     On Postgres the lap's hot path skips explicit transactions: the claim, the
     journaled model output and a plain lap commit are each one statement (or
     independent statements) run in autocommit, saving the BEGIN/COMMIT round
-    trips. The claim and the journal also run with ``synchronous_commit=off``:
-    they need not survive a database crash on their own, because every later
-    write is fenced on the lease they set (a lost claim makes the lap stop with
-    ``LeaseLost``), and the first write that matters outside the database (an
-    effect intent, a lap commit) is a synchronous commit that flushes the WAL
-    before it, journal included. So a lap pays one fsync, not three.
+    trips. The claim and the journal also run with ``synchronous_commit=off``
+    and need not survive a database crash on their own: every later write is
+    fenced on the lease the claim set (a lost claim makes the lap stop with
+    ``LeaseLost``); a tool with a side effect runs only after its intent's
+    synchronous commit, which flushes the WAL up to it, journal included; and
+    the lap commit writes the journaled message again (a no-op unless the crash
+    lost it). So a lap pays one fsync, not three. The chaos suite's Postgres
+    ``-m immediate`` restart is the test of this.
     """
 
     def __init__(self, engine: Engine | str) -> None:
@@ -340,7 +342,7 @@ class SqlStore:
                 return False
             if commit.messages:
                 conn.execute(
-                    insert(messages),
+                    messages_insert(conn).on_conflict_do_nothing(),
                     [
                         {"run_id": commit.run_id, "seq": seq, "lap": commit.lap,
                          "body": message_body(m), "created_at": commit.now}

@@ -250,6 +250,11 @@ class _Lap:
             summary_seq = seq + len(results)
             results.append(summary)
         new_messages = [(seq + i, m) for i, m in enumerate(results)]
+        if assistant is not None:
+            # The journal was committed without waiting for fsync; writing it
+            # again here (a no-op when it survived) makes the durable lap
+            # commit carry it, so a database crash cannot leave a gap.
+            new_messages.insert(0, (ckpt.message_count, assistant))
         next_ckpt = ckpt.model_copy(update={
             "lap": claim.lap, "budget": ledger, "pending_calls": tuple(remaining),
             "message_count": seq + len(results), "agent_version": agent.version,
@@ -359,6 +364,10 @@ class _Lap:
         if run is None:
             return "lost"
         if run.next_lap > self.claim.lap and run.status == "queued":
+            self.rt.send_all([_due(self.claim, run.next_lap)])
+        elif run.next_lap == self.claim.lap and run.status == "queued" and not run.lease_owner:
+            # Our claim was lost (e.g. in a database crash) and nobody holds the
+            # run: send the lap again rather than wait for the overdue sweep.
             self.rt.send_all([_due(self.claim, run.next_lap)])
         elif run.cancel_requested_at is not None and run.lease_owner == self.claim.owner:
             raise RunCancelled(f"run {run.id} was cancelled during lap {self.claim.lap}")

@@ -149,3 +149,29 @@ def test_sweeper_recovers_expired_lease_and_overdue_queue(store: SqlStore) -> No
     # A second sweep right after finds nothing new: sent laps are marked sent.
     again = store.sweep(now=later, overdue_before=later - timedelta(seconds=60))
     assert not {rid, rid2} & {d.run_id for d in again}
+
+
+def test_lap_commit_restores_a_journal_lost_in_a_crash(store: SqlStore) -> None:
+    """The journal is committed without waiting for fsync; the lap commit
+    carries the journaled message again, so a crash cannot leave a gap, and a
+    journal that survived is not duplicated."""
+    from sqlalchemy import delete
+
+    from store.rows import messages
+
+    for lost in (False, True):
+        rid = _uid("journal")
+        store.create_run(_new(rid))
+        assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
+        turn = Message(role="assistant", content="plan")
+        store.journal_model_output(rid, 1, owner="a", seq=1, message=turn, now=NOW)
+        if lost:
+            with store.engine.begin() as c:
+                c.execute(delete(messages).where(messages.c.run_id == rid, messages.c.seq == 1))
+        assert store.commit_lap(LapCommit(
+            run_id=rid, lap=1, owner="a",
+            messages=[(1, turn), (2, Message(role="tool", content="42", tool_call_id="c"))],
+            checkpoint={"schema_version": 2, "message_count": 3}, schema_version=2,
+            update=RunUpdate(status="queued"), usage=(1, 0, 0, 0), event={}, now=NOW))
+        stored = store.list_messages(rid)
+        assert [(m.seq, m.message.content) for m in stored] == [(0, "hi"), (1, "plan"), (2, "42")]
