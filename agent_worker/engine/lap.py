@@ -46,7 +46,7 @@ from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
 from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.runtime import Runtime
-from store.base import Claim, DueLap, LapCommit, RunUpdate
+from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
 Outcome = Literal["skipped", "committed", "paused", "retrying", "failed", "lost", "finished",
@@ -99,6 +99,7 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
             return _Lap(rt, agent, claim, hb).run()
         except LeaseLost:
             log.info("run %s lap %s: lease lost; another worker owns it", run_id, lap)
+            _resend_orphan(rt, claim)
             return "lost"
         except RunCancelled:
             _release(rt, claim, RunUpdate(status="queued", enqueue=True),
@@ -124,6 +125,20 @@ def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any]
 
 def _due(claim: Claim, lap: int) -> DueLap:
     return DueLap(claim.run.id, lap, claim.run.agent_name, claim.run.agent_version)
+
+
+def _resend_orphan(rt: Runtime, claim: Claim) -> RunRecord | None:
+    """After losing the lease, make sure the run is not left without a message:
+    if our COMMIT landed but its reply was lost (the retry then hit the fence),
+    send the next lap; if our claim itself was lost (a database crash) and nobody
+    holds the run, send this lap again. Duplicates are harmless (the claim is
+    fenced); a missing send would wait for the overdue sweep."""
+    run = rt.store.get_run(claim.run.id)
+    if run is None or run.status != "queued" or run.lease_owner:
+        return run
+    if run.next_lap >= claim.lap:
+        rt.send_all([_due(claim, run.next_lap)])
+    return run
 
 
 def _handle_error(rt: Runtime, claim: Claim, e: Exception) -> Outcome:
@@ -356,20 +371,10 @@ class _Lap:
         raise BudgetExceededError(reason)
 
     def _fence_failed(self) -> Outcome:
-        """The commit found someone else's lease (or a cancel). If the lap was in
-        fact committed (e.g. our COMMIT landed but its reply was lost and the
-        retry hit the fence), make sure the next lap is sent: duplicates are
-        harmless, a missing send would wait for the sweeper."""
-        run = self.rt.store.get_run(self.claim.run.id)
-        if run is None:
-            return "lost"
-        if run.next_lap > self.claim.lap and run.status == "queued":
-            self.rt.send_all([_due(self.claim, run.next_lap)])
-        elif run.next_lap == self.claim.lap and run.status == "queued" and not run.lease_owner:
-            # Our claim was lost (e.g. in a database crash) and nobody holds the
-            # run: send the lap again rather than wait for the overdue sweep.
-            self.rt.send_all([_due(self.claim, run.next_lap)])
-        elif run.cancel_requested_at is not None and run.lease_owner == self.claim.owner:
+        """The commit found someone else's lease (or a cancel)."""
+        run = _resend_orphan(self.rt, self.claim)
+        if (run is not None and run.cancel_requested_at is not None
+                and run.lease_owner == self.claim.owner):
             raise RunCancelled(f"run {run.id} was cancelled during lap {self.claim.lap}")
         return "lost"
 
