@@ -4,6 +4,7 @@ test can SIGKILL a whole worker like a node loss."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,10 +57,8 @@ class Proc:
         """Signal the whole group (the worker and its pool children)."""
         if self.popen is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
-            pass
         if sig in (signal.SIGKILL,):
             self.popen.wait(timeout=30)
 
