@@ -237,3 +237,33 @@ def _drain_one(w: AgentWorker) -> None:
     assert isinstance(q, LocalQueue)
     lap = q.pending.popleft()
     run_lap(w.rt, lap.run_id, lap.lap)
+
+
+def test_checkpoint_of_the_previous_schema_version_is_migrated_and_resumed(
+        worker: InProcessWorker) -> None:
+    from sqlalchemy import update
+
+    from store.rows import checkpoints
+
+    seen: list[str] = []
+
+    def script(r: ModelRequest) -> ModelResponse:
+        seen.append(r.instructions)
+        return turn("resumed")
+
+    _agent("t-schema-v1", script)
+    run = worker.start_run("t-schema-v1", "go")
+    store = worker.rt.store
+    assert isinstance(store, SqlStore)
+    v2 = store.get_checkpoint(run.id, 0)
+    assert v2 is not None
+    v1 = {k: v for k, v in v2.items() if k not in ("facts", "pending_calls", "summary_seq")}
+    v1.update(schema_version=1, scratch={"customer": "c-42"})
+    with store.engine.begin() as c:
+        c.execute(update(checkpoints).where(checkpoints.c.run_id == run.id)
+                  .values(state=v1, schema_version=1))
+    worker.run_until_idle()
+    done = worker.get_run(run.id)
+    assert done.status == "succeeded" and done.result == "resumed"
+    assert '"customer": "c-42"' in seen[0]  # v1's scratch became v2's pinned facts
+    assert worker.state_at(run.id, 1).schema_version == 2
