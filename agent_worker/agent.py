@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -21,6 +22,7 @@ from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint
 from agent_worker.engine.compaction import Summarizer, extractive_summary
 from agent_worker.errors import UnknownAgentError
+from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.model.protocol import ModelClient
 from agent_worker.tools import Tool
 
@@ -75,6 +77,11 @@ class Agent:
         if isinstance(self.model, ModelClient):
             return self.model
         return _model_cache.setdefault((self.name, self.version), self.model())
+
+    @cached_property
+    def price_table(self) -> PriceTable:
+        """Prices for this agent's cost accounting, parsed once per process."""
+        return PriceTable.from_json(self.prices) if self.prices else DEFAULT_PRICES
 
     def serves(self, version: str) -> bool:
         """Whether runs started on ``version`` can be resumed by this definition."""

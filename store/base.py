@@ -16,6 +16,8 @@ from agent_worker.messages import Message
 
 RunStatus = Literal["queued", "running", "waiting", "sleeping", "succeeded", "failed", "cancelled"]
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+#: Statuses a worker may claim (a "running" run whose lease lapsed is reclaimable).
+RUNNABLE: tuple[str, ...] = ("queued", "running")
 EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown"]
 
 

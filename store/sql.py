@@ -18,6 +18,7 @@ from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from store import pauses, postgres, statements, sweeping
 from store.base import (
+    RUNNABLE,
     ApprovalRecord,
     Claim,
     DueLap,
@@ -51,7 +52,6 @@ from store.rows import (
 )
 
 T = TypeVar("T")
-RUNNABLE = ("queued", "running")
 
 
 class SqlStore:

@@ -11,10 +11,9 @@ from typing import Any
 from sqlalchemy import Integer, String, Text, bindparam, cast, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from store.base import RUNNABLE
 from store.models import UTCDateTime
 from store.rows import checkpoints, messages, runs
-
-RUNNABLE = ("queued", "running")
 
 _now = bindparam("now", type_=UTCDateTime())
 _owner = bindparam("owner", type_=String())

@@ -12,11 +12,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, func, select
 
+from store.base import RUNNABLE
 from store.retry import with_retry
 from store.rows import approvals, checkpoints, events, runs
 from store.sql import SqlStore
-
-RUNNABLE = ("queued", "running")
 
 #: Reads here serve a scrape or an operator's screen: fail within seconds
 #: rather than retry for the store's usual 30.

@@ -44,7 +44,6 @@ from agent_worker.errors import (
 from agent_worker.faults import fault
 from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
-from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.runtime import Runtime
 from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
@@ -238,7 +237,7 @@ class _Lap:
             assistant = self._model_step(ckpt)
             seq += 1
             usage = Usage.model_validate((assistant.meta or {}).get("usage", {}))
-            cost = _cost(agent, (assistant.meta or {}).get("model", ""), usage)
+            cost = agent.price_table.cost((assistant.meta or {}).get("model", ""), usage)
             calls = [PendingCall(call=c, lap=claim.lap, index=i)
                      for i, c in enumerate(assistant.tool_calls)]
         runner = CallRunner(self.rt, agent, claim)
@@ -391,11 +390,6 @@ def _final_result(text: str) -> Any:
     except (TypeError, ValueError):
         return text
     return value
-
-
-def _cost(agent: Agent, model: str, usage: Usage) -> Decimal:
-    table = PriceTable.from_json(agent.prices) if agent.prices else DEFAULT_PRICES
-    return table.cost(model, usage)
 
 
 __all__ = ["run_lap"]
