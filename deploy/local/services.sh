@@ -2,6 +2,9 @@
 # Start (or stop) a project-local Postgres and Redis under .data/, for the demo
 # and the test suite. Idempotent: a service already answering is left alone.
 #   deploy/local/services.sh start|stop|status
+# As root, Postgres runs as the postgres user, which must be able to enter the
+# data folder: a checkout under a mode-700 folder (root's home on Debian) keeps
+# Postgres's data under /var/lib/agent-worker/ instead (one folder per checkout).
 # Ports: Postgres 54329, Redis 63799 (the defaults of AGENT_WORKER_DATABASE_URL
 # and AGENT_WORKER_BROKER_URL), so they never clash with a system install.
 set -euo pipefail
@@ -16,16 +19,33 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+pg_dir() {
+  # Where Postgres keeps its data: $data/pg when the postgres user can enter
+  # $data, else a folder of its own under /var/lib/agent-worker (initdb would
+  # fail with "could not access directory ...: Permission denied").
+  if [ "$(id -u)" != 0 ] || runuser -u postgres -- test -x "$data" 2>/dev/null; then
+    echo "$data/pg"
+  else
+    echo "/var/lib/agent-worker/$(printf %s "$root" | sha256sum | cut -c1-12)/pg"
+  fi
+}
+
 start_pg() {
   mkdir -p "$data"
-  if [ ! -s "$data/pg/PG_VERSION" ]; then
-    mkdir -p "$data/pg"
-    [ "$(id -u)" = 0 ] && chown postgres "$data/pg" && chmod 700 "$data/pg"
-    as_pg "$pgbin/initdb" -D "$data/pg" -U postgres --auth=trust -E UTF8 >/dev/null
+  local pg
+  pg="$(pg_dir)"
+  if [ "$pg" != "$data/pg" ]; then
+    install -d -m 755 "$(dirname "$pg")"
+    echo "postgres: data in $pg (the postgres user cannot enter $data)"
+  fi
+  if [ ! -s "$pg/PG_VERSION" ]; then
+    mkdir -p "$pg"
+    [ "$(id -u)" = 0 ] && chown postgres "$pg" && chmod 700 "$pg"
+    as_pg "$pgbin/initdb" -D "$pg" -U postgres --auth=trust -E UTF8 >/dev/null
   fi
   if ! as_pg "$pgbin/pg_isready" -h 127.0.0.1 -p "$pg_port" -q; then
-    [ "$(id -u)" = 0 ] && chown -R postgres "$data/pg"
-    as_pg "$pgbin/pg_ctl" -D "$data/pg" -l "$data/pg/server.log" -w -t 60 \
+    [ "$(id -u)" = 0 ] && chown -R postgres "$pg"
+    as_pg "$pgbin/pg_ctl" -D "$pg" -l "$pg/server.log" -w -t 60 \
       -o "-p $pg_port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
   fi
   as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -tAc \
@@ -52,8 +72,18 @@ start_redis() {
 case "${1:-start}" in
   start) start_pg; start_redis ;;
   stop)
-    as_pg "$pgbin/pg_ctl" -D "$data/pg" -m fast stop >/dev/null 2>&1 || true
-    redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true ;;
+    pg="$(pg_dir)"
+    if as_pg "$pgbin/pg_ctl" -D "$pg" -m fast stop >/dev/null 2>&1; then
+      echo "stopped postgres (port $pg_port, data in $pg)"
+    else
+      echo "postgres was not running from $pg"
+    fi
+    if redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+      redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+      echo "stopped redis (port $redis_port)"
+    else
+      echo "redis was not running on port $redis_port"
+    fi ;;
   status)
     as_pg "$pgbin/pg_isready" -h 127.0.0.1 -p "$pg_port"; redis-cli -p "$redis_port" ping ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
