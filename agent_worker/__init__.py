@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from agent_worker.budget import Budget
     from agent_worker.checkpoint import Checkpoint
     from agent_worker.control import sleep_tool, wait_for_signal_tool
-    from agent_worker.errors import AgentWorkerError, ToolError
+    from agent_worker.errors import AgentWorkerError, TaskFailedError, ToolError
     from agent_worker.inprocess import InProcessWorker
     from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
     from agent_worker.model import ModelClient, ScriptedModel, turn
@@ -46,6 +46,7 @@ _EXPORTS = {
     "ScriptedModel": "agent_worker.model",
     "Tool": "agent_worker.tools",
     "ToolCall": "agent_worker.messages",
+    "TaskFailedError": "agent_worker.errors",
     "ToolContext": "agent_worker.tools",
     "ToolError": "agent_worker.errors",
     "Usage": "agent_worker.messages",
@@ -80,6 +81,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ScriptedModel",
+    "TaskFailedError",
     "Tool",
     "ToolCall",
     "ToolContext",

@@ -150,6 +150,14 @@ class ToolError(AgentWorkerError):
     code = "tool_error"
 
 
+class TaskFailedError(AgentWorkerError):
+    """Raised by an agent's own code (a scripted model step, a tool) when the task
+    cannot be done at all, e.g. every refund failed: the run ends ``failed`` with
+    this code instead of ``succeeded`` with a result that claims otherwise."""
+
+    code = "task_failed"
+
+
 # --- budget --------------------------------------------------------------------
 
 

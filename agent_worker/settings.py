@@ -93,6 +93,12 @@ class Settings(BaseSettings):
         "registered agent at its registered version.",
     )
     metrics_port: int = Field(9100, description="Port of `agent-worker metrics`.")
+    vendor_url: str = Field(
+        "http://127.0.0.1:63800",
+        description="The demo vendor (a fake payments and email API) the `refund-desk` agent "
+        "calls; `deploy/local/services.sh start` runs one there. Empty: refunds fail as "
+        "not configured.",
+    )
     log_json: bool = Field(False, description="Emit structured JSON log lines.")
     stale_after_seconds: float = Field(
         300.0,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Start (or stop) a project-local Postgres and Redis under .data/, for the demo
-# and the test suite. Idempotent: a service already answering is left alone.
+# and the test suite, and the demo vendor (the fake payments API the refund-desk
+# agent calls, at AGENT_WORKER_VENDOR_URL's default). Idempotent: a service
+# already answering is left alone.
 #   deploy/local/services.sh start|stop|status
 # As root, Postgres runs as the postgres user, which must be able to enter the
 # data folder: a checkout under a mode-700 folder (root's home on Debian) keeps
@@ -12,6 +14,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 data="${AGENT_WORKER_DATA_DIR:-$root/.data}"
 pg_port="${PG_PORT:-54329}"
 redis_port="${REDIS_PORT:-63799}"
+vendor_port="${VENDOR_PORT:-63800}"
 pgbin="$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | tail -1)"
 
 as_pg() {
@@ -69,8 +72,47 @@ start_redis() {
   echo "redis: redis://127.0.0.1:$redis_port/0"
 }
 
+vendor_up() { (exec 3<>"/dev/tcp/127.0.0.1/$vendor_port") 2>/dev/null; }
+
+start_vendor() {
+  if ! vendor_up; then
+    if ! (cd "$root" && python -c "import agent_worker.demo.vendor") >/dev/null 2>&1; then
+      echo "vendor: not started (the package is not installed yet: deploy/local/install.sh)"
+      return 0
+    fi
+    # Launched from Python: Popen closes every inherited descriptor (a shell
+    # background job would keep the caller's pipes open, and whoever captures
+    # this script's output would wait for the vendor to exit).
+    (cd "$root" && PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python - "$vendor_port" "$data" <<'PY'
+import subprocess, sys
+port, data = sys.argv[1], sys.argv[2]
+with open(f"{data}/vendor.log", "ab") as log:
+    proc = subprocess.Popen([sys.executable, "-m", "agent_worker.demo.vendor", "--port", port,
+                             "--db", f"{data}/vendor.db"], stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=log, start_new_session=True)
+with open(f"{data}/vendor.pid", "w") as out:
+    out.write(f"{proc.pid}\n")
+PY
+    )
+    for _ in $(seq 100); do vendor_up && break; sleep 0.1; done
+    vendor_up || { echo "vendor: did not start; see $data/vendor.log" >&2; return 1; }
+  fi
+  echo "vendor: http://127.0.0.1:$vendor_port (demo payments API for refund-desk)"
+}
+
+stop_vendor() {
+  local pid
+  pid="$(cat "$data/vendor.pid" 2>/dev/null || true)"
+  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+    rm -f "$data/vendor.pid"
+    echo "stopped demo vendor (port $vendor_port)"
+  else
+    echo "demo vendor was not running from $data"
+  fi
+}
+
 case "${1:-start}" in
-  start) start_pg; start_redis ;;
+  start) start_pg; start_redis; start_vendor ;;
   stop)
     pg="$(pg_dir)"
     if as_pg "$pgbin/pg_ctl" -D "$pg" -m fast stop >/dev/null 2>&1; then
@@ -83,7 +125,8 @@ case "${1:-start}" in
       echo "stopped redis (port $redis_port)"
     else
       echo "redis was not running on port $redis_port"
-    fi ;;
+    fi
+    stop_vendor ;;
   status)
     as_pg "$pgbin/pg_isready" -h 127.0.0.1 -p "$pg_port"; redis-cli -p "$redis_port" ping ;;
   *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;

@@ -1,7 +1,8 @@
 """``deploy/local/services.sh`` from a checkout the ``postgres`` user cannot
 enter (root's home is mode 700 on Debian, the natural place to clone as root):
-initdb used to fail with "Permission denied" and no hint. Runs on ports of its
-own, so the machine's shared services are untouched."""
+initdb used to fail with "Permission denied" and no hint. ``stop`` says what it
+stopped (it used to print nothing). Runs on ports of its own, so the machine's
+shared services are untouched."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_services_start_and_stop_from_a_mode_700_checkout(tmp_path: Path) -> Non
         shutil.copy2(ROOT / rel, checkout / rel)
     home.chmod(0o700)
     env = {k: v for k, v in os.environ.items() if k != "AGENT_WORKER_DATA_DIR"}
-    env.update(PG_PORT=str(free_port()), REDIS_PORT=str(free_port()))
+    env.update(PG_PORT=str(free_port()), REDIS_PORT=str(free_port()),
+               VENDOR_PORT=str(free_port()))
     script = str(checkout / "deploy/local/services.sh")
 
     def run(verb: str) -> subprocess.CompletedProcess[str]:
@@ -47,6 +49,7 @@ def test_services_start_and_stop_from_a_mode_700_checkout(tmp_path: Path) -> Non
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         assert moved, started.stdout
+        assert f"vendor: http://127.0.0.1:{env['VENDOR_PORT']}" in started.stdout
         assert run("status").returncode == 0
     finally:
         stopped = run("stop")
@@ -55,3 +58,4 @@ def test_services_start_and_stop_from_a_mode_700_checkout(tmp_path: Path) -> Non
     assert stopped.returncode == 0
     assert f"stopped postgres (port {env['PG_PORT']}" in stopped.stdout
     assert f"stopped redis (port {env['REDIS_PORT']})" in stopped.stdout
+    assert f"stopped demo vendor (port {env['VENDOR_PORT']})" in stopped.stdout
