@@ -2,9 +2,10 @@
 
 Every command prints for humans by default and one JSON document with
 ``--json`` (``runs list --watch`` and ``runs tail`` print JSON Lines). Errors
-are one line on stderr, ``error: <code>: <message>``, never a traceback; exit
-codes are listed in ``agent_worker.cli.common``. Settings come from the
-``AGENT_WORKER_*`` environment, like every other process of the fleet.
+are one line on stderr, ``error: <code>: <message>`` (a JSON object with
+``--json``), never a traceback; exit codes are listed in
+``agent_worker.cli.common``. Settings come from the ``AGENT_WORKER_*``
+environment, like every other process of the fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import click
 import typer
 
 from agent_worker.cli import actions, ops, runs
-from agent_worker.cli.common import FAILED, classify, report
+from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 
 app = typer.Typer(
     name="agent-worker", no_args_is_help=True, add_completion=False,
@@ -42,13 +43,15 @@ app.command("demo")(ops.demo)
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns (and exits with) the exit code."""
     command = typer.main.get_command(app)
+    # Known before parsing: a usage error must be JSON too when --json was asked for.
+    as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
         result = command.main(args=argv, prog_name="agent-worker", standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
-        code = report(130, "interrupted", "interrupted")
+        code = report(INTERRUPTED, "interrupted", "interrupted", as_json=as_json)
     except Exception as e:
-        code = report(*classify(e))
+        code = report(*classify(e), as_json=as_json)
     except SystemExit as e:  # pragma: no cover - a library called sys.exit
         code = e.code if isinstance(e.code, int) else FAILED
     if argv is None:

@@ -4,7 +4,8 @@ commits to Postgres before it hands a lap to the broker."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import json
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.markup import escape
@@ -20,16 +21,18 @@ from agent_worker.cli.common import (
     emit_json,
     fail,
     now,
+    one_of,
     parse_json_arg,
     report,
     styled_status,
 )
-from store.base import RunRecord
+from store.base import EffectStatus, RunRecord
 
 approvals_app = typer.Typer(help="The approval inbox.", no_args_is_help=True)
 effects_app = typer.Typer(help="The side-effect ledger.", no_args_is_help=True)
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
+APPROVAL_STATUSES = ("pending", "approved", "rejected", "timed_out", "cancelled")
 WaitTimeout = Annotated[float | None, typer.Option(help="With --wait: give up after this many "
                                                         "seconds (exit 1).")]
 
@@ -52,11 +55,13 @@ def _finish(run: RunRecord, json_out: bool, *, expect: str = "succeeded") -> Non
     else:
         _print_run(run, "finished")
         if run.result is not None:
-            console.print(escape(str(run.result))[:2000])
+            # JSON, not a Python repr: what a script or a person pastes elsewhere.
+            console.print(escape(json.dumps(run.result, ensure_ascii=False))[:2000],
+                          soft_wrap=True)
     if run.status != expect:
         why = f"{run.error_code}: {run.error_message}" if run.error_code else run.status
         raise typer.Exit(report(FAILED, run.error_code or f"run_{run.status}",
-                                f"run {run.id} {run.status}: {why}"))
+                                f"run {run.id} {run.status}: {why}", as_json=json_out))
 
 
 def submit(
@@ -181,8 +186,8 @@ def fork(
 
 @approvals_app.command("list")
 def approvals_list(
-    status: Annotated[str, typer.Option(help="pending, approved, rejected, timed_out, "
-                                             "cancelled.")] = "pending",
+    status: Annotated[str, typer.Option(callback=one_of(APPROVAL_STATUSES),
+                                        help=", ".join(APPROVAL_STATUSES) + ".")] = "pending",
     run_id: Annotated[str | None, typer.Option("--run", help="Only this run's.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -201,8 +206,10 @@ def approvals_list(
 @effects_app.command("list")
 def effects_list(
     run_id: RunArg,
-    status: Annotated[str | None, typer.Option(help="Only effects in this status "
-                                                    "(e.g. unknown).")] = None,
+    status: Annotated[str | None, typer.Option(
+        callback=one_of(get_args(EffectStatus)),
+        help="Only effects in this status: " + ", ".join(get_args(EffectStatus)) + ".")]
+    = None,
     json_out: JsonOpt = False,
 ) -> None:
     """A run's ledger: every side-effecting call, its key and status."""

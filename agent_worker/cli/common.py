@@ -9,6 +9,10 @@ Exit codes (stable, for scripts):
     2  bad input: malformed JSON, unknown agent/approval/effect, invalid ids
     3  not found: no such run
     4  invalid state: the run or approval does not allow that now
+  130  interrupted
+
+With ``--json`` an error is one JSON object on stderr instead of the text line:
+``{"error": {"code": ..., "message": ..., "exit_code": ..., "meaning": ...}}``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import getpass
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -35,7 +40,10 @@ from agent_worker.errors import (
     NotFoundError,
 )
 
-OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE = 0, 1, 2, 3, 4
+OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE, INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_MEANINGS = {OK: "ok", FAILED: "operational failure", BAD_INPUT: "bad input",
+                 NOT_FOUND: "not found", INVALID_STATE: "invalid state",
+                 INTERRUPTED: "interrupted"}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
@@ -195,20 +203,39 @@ def _is_usage_error(e: BaseException) -> bool:
     return any(c.__name__ in ("ClickException", "UsageError") for c in type(e).__mro__)
 
 
-def report(exit_code: int, code: str, message: str) -> int:
-    """Write the single error line and hand back the exit code."""
+def report(exit_code: int, code: str, message: str, *, as_json: bool = False) -> int:
+    """Write the single error line (a JSON object with ``as_json``: scripts that
+    asked for ``--json`` parse errors too) and hand back the exit code."""
     line = " ".join(str(message).split())
     if len(line) > 2000:
         line = line[:1997] + "..."
-    sys.stderr.write(f"error: {code}: {line}\n")
+    if as_json:
+        sys.stderr.write(json.dumps({"error": {
+            "code": code, "message": line, "exit_code": exit_code,
+            "meaning": EXIT_MEANINGS.get(exit_code, "failure")}}) + "\n")
+    else:
+        sys.stderr.write(f"error: {code}: {line}\n")
     sys.stderr.flush()
     return exit_code
+
+
+def one_of(allowed: Sequence[str]) -> Callable[[str | None], str | None]:
+    """An option callback refusing a value outside ``allowed`` (exit 2) and
+    listing them: an unknown status used to match nothing and exit 0."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and value not in allowed:
+            raise typer.BadParameter(f"{value!r} is not one of: {', '.join(allowed)}")
+        return value
+
+    return check
 
 
 def fail(exit_code: int, code: str, message: str) -> NoReturn:
     raise CliFailure(exit_code, code, message)
 
 
-__all__ = ["BAD_INPUT", "FAILED", "INVALID_STATE", "NOT_FOUND", "OK", "ByOpt", "CliFailure",
-           "JsonOpt", "ago", "classify", "client", "console", "emit_json", "fail", "jsonable",
-           "parse_json_arg", "report", "span", "sql_store", "styled_status"]
+__all__ = ["BAD_INPUT", "EXIT_MEANINGS", "FAILED", "INTERRUPTED", "INVALID_STATE", "NOT_FOUND",
+           "OK", "ByOpt", "CliFailure", "JsonOpt", "ago", "classify", "client", "console",
+           "emit_json", "fail", "jsonable", "one_of", "parse_json_arg", "report", "span",
+           "sql_store", "styled_status"]

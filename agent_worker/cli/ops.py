@@ -215,7 +215,8 @@ def demo(
                           f"{vendor.get('duplicates')} duplicates, "
                           f"{vendor.get('total_cents')} cents")
     if not ok:
-        raise typer.Exit(report(FAILED, "demo_failed", "not every demo run succeeded"))
+        raise typer.Exit(report(FAILED, "demo_failed", "not every demo run succeeded",
+                                as_json=json_out))
 
 
 def _vendor_stats() -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from rich.console import Group
@@ -26,11 +26,12 @@ from agent_worker.cli.common import (
     emit_json,
     fail,
     now,
+    one_of,
     report,
     sql_store,
     styled_status,
 )
-from store.base import TERMINAL
+from store.base import TERMINAL, RunStatus
 
 app = typer.Typer(help="List, inspect and follow runs.", no_args_is_help=True)
 
@@ -54,7 +55,9 @@ def list_rows(*, status: str | None, agent: str | None, agent_version: str | Non
 
 @app.command("list")
 def list_runs(
-    status: Annotated[str | None, typer.Option(help="Only runs in this status.")] = None,
+    status: Annotated[str | None, typer.Option(
+        callback=one_of(get_args(RunStatus)),
+        help="Only runs in this status: " + ", ".join(get_args(RunStatus)) + ".")] = None,
     agent: Annotated[str | None, typer.Option(help="Only runs of this agent.")] = None,
     agent_version: Annotated[str | None, typer.Option(help="Only runs started on this "
                                                            "agent version.")] = None,
@@ -218,7 +221,7 @@ def tail(
     if run.status != "succeeded":
         why = f"{run.error_code}: {run.error_message}" if run.error_code else run.status
         raise typer.Exit(report(FAILED, run.error_code or f"run_{run.status}",
-                                f"run {run.id} {run.status}: {why}"))
+                                f"run {run.id} {run.status}: {why}", as_json=json_out))
 
 
 def _print_event(book: views.LapBook, e: Any, json_out: bool) -> None:

@@ -3,6 +3,7 @@ render. Kept free of I/O so the shapes are easy to read and test."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -125,20 +126,30 @@ def effect_view(e: EffectRecord) -> dict[str, Any]:
 class LapBook:
     """Turns events, messages and ledger rows into one record per committed lap.
 
-    Fed incrementally (``runs tail``) or all at once (``runs show --laps``).
+    Fed incrementally (``runs tail``) or all at once (``runs show --laps``), in
+    message order. A call is known by (lap, call index), as its effect key is:
+    providers reuse call ids across turns (the scripted model says ``call_0``
+    on every lap), so an id alone would pin every result on the latest lap.
     """
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.messages: dict[int, list[StoredMessage]] = {}
-        self.calls: dict[str, tuple[int, int]] = {}  # tool call id -> (lap, index)
+        # Calls asked for and not yet answered, per provider id, oldest first: a
+        # result answers the oldest open call with its id (a paused call's result
+        # may come laps later, after other turns reused the id).
+        self.open_calls: dict[str, deque[tuple[int, int]]] = {}
+        self.answers: dict[int, tuple[int, int]] = {}  # tool message seq -> (lap, index)
         self.effects: dict[str, EffectRecord] = {}
 
     def add_messages(self, messages: Iterable[StoredMessage]) -> None:
         for m in messages:
             self.messages.setdefault(m.lap, []).append(m)
             for i, call in enumerate(m.message.tool_calls):
-                self.calls[call.id] = (m.lap, i)
+                self.open_calls.setdefault(call.id, deque()).append((m.lap, i))
+            waiting = self.open_calls.get(m.message.tool_call_id or "")
+            if m.message.role == "tool" and waiting:
+                self.answers[m.seq] = waiting.popleft()
 
     def add_effects(self, effects: Iterable[EffectRecord]) -> None:
         self.effects.update({e.key: e for e in effects})
@@ -154,17 +165,20 @@ class LapBook:
         tool_marks = [t for t in trace if t.get("step") == "tool"]
         previous = float(model_mark["ms"]) if model_mark else 0.0
         tools = []
-        for i, m in enumerate(x.message for x in msgs if x.message.role == "tool"):
+        for i, stored in enumerate(x for x in msgs if x.message.role == "tool"):
+            m = stored.message
             mark = tool_marks[i] if i < len(tool_marks) else None
             ms = None
             if mark is not None:
                 ms = round(float(mark["ms"]) - previous, 2)
                 previous = float(mark["ms"])
-            origin = self.calls.get(m.tool_call_id or "")
+            origin = self.answers.get(stored.seq)
             effect = (self.effects.get(f"{self.run_id}:{origin[0]}:{origin[1]}")
                       if origin else None)
             tools.append({
-                "name": m.name, "call_id": m.tool_call_id, "error": m.is_error,
+                "name": m.name, "call_id": m.tool_call_id,
+                "call_lap": origin[0] if origin else None,
+                "call_index": origin[1] if origin else None, "error": m.is_error,
                 "result": clip(m.content, 200), "ms": ms,
                 "effect": None if effect is None else {
                     "key": effect.key, "kind": effect.kind, "status": effect.status},

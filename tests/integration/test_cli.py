@@ -73,7 +73,7 @@ class Cli:
             result = Result(done.returncode, done.stdout, done.stderr)
         assert result.code == code, (args, result)
         if code != 0:
-            assert_one_error_line(result)
+            assert_one_error_line(result, as_json="--json" in args)
         return result
 
     def run(self, run_id: str) -> RunRecord:
@@ -102,10 +102,20 @@ def _in_process(argv: list[str]) -> Result:
     return Result(code, out.getvalue(), err.getvalue())
 
 
-def assert_one_error_line(result: Result) -> None:
+def assert_one_error_line(result: Result, *, as_json: bool = False) -> None:
     lines = result.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.err
+    assert len(lines) == 1, result.err
+    if as_json:
+        error = json.loads(lines[0])["error"]
+        assert error["exit_code"] == result.code and error["code"] and error["meaning"]
+    else:
+        assert lines[0].startswith("error: "), result.err
     assert "Traceback" not in result.err
+
+
+def json_error(result: Result) -> dict[str, Any]:
+    error: dict[str, Any] = json.loads(result.err)["error"]
+    return error
 
 
 @pytest.fixture(scope="module")
@@ -185,10 +195,8 @@ def test_db_upgrade_and_launch_commands(cli: Cli) -> None:
 
 
 def test_bad_input_exit_codes(cli: Cli) -> None:
-    assert cli("submit", "no-such-agent", "--json", code=2).err.startswith(
-        "error: unknown_agent: ")
-    assert cli("runs", "show", "no-such-run", "--json", code=3).err.startswith(
-        "error: unknown_run: ")
+    assert cli("submit", "no-such-agent", code=2).err.startswith("error: unknown_agent: ")
+    assert cli("runs", "show", "no-such-run", code=3).err.startswith("error: unknown_run: ")
 
     def err(*args: str, code: int) -> str:
         return cli(*args, code=code, inproc=True).err
@@ -206,7 +214,51 @@ def test_bad_input_exit_codes(cli: Cli) -> None:
     assert "unknown approval" in err("approve", "no-such-approval", code=3)
 
 
+def test_json_errors_are_json_with_the_exit_codes_meaning(cli: Cli) -> None:
+    """Scripts that ask for --json get errors they can parse (they were text)."""
+    assert json_error(cli("submit", "no-such-agent", "--json", code=2)) == {
+        "code": "unknown_agent", "message": json_error(cli(
+            "submit", "no-such-agent", "--json", code=2, inproc=True))["message"],
+        "exit_code": 2, "meaning": "bad input"}
+    shown = json_error(cli("runs", "show", "no-such-run", "--json", code=3))
+    assert shown["code"] == "unknown_run" and shown["meaning"] == "not found"
+    usage = json_error(cli("runs", "list", "--json", "--bogus", code=2, inproc=True))
+    assert usage["code"] == "usage" and usage["meaning"] == "bad input"
+
+
+def test_unknown_option_values_are_refused_with_the_allowed_ones(cli: Cli) -> None:
+    """``runs list --status bogus`` used to say "no runs match" and exit 0."""
+    def err(*args: str) -> str:
+        return cli(*args, code=2, inproc=True).err
+
+    assert "queued, running, waiting, sleeping, succeeded, failed, cancelled" in err(
+        "runs", "list", "--status", "bogus")
+    assert "pending, approved, rejected, timed_out, cancelled" in err(
+        "approvals", "list", "--status", "bogus")
+    assert "pending, applied, failed, compensated, unknown" in err(
+        "effects", "list", "any-run", "--status", "bogus")
+    refused = json_error(cli("runs", "list", "--status", "bogus", "--json", code=2))
+    assert "'bogus' is not one of" in refused["message"]
+
+
+def test_submit_validates_the_demo_agents_input_on_postgres(cli: Cli) -> None:
+    """refund-desk has an input_model: unknown or mistyped fields are refused
+    before anything is written (``{"count": "many"}`` used to start a run)."""
+    before = len(cli("runs", "list", "--agent", "refund-desk", "--json", inproc=True).json)
+    for bad in ('{"count": "many"}', '{"orders": "many"}', '{"orders": 99}'):
+        error = json_error(cli("submit", "refund-desk", "-i", bad, "--json", code=2))
+        assert error["code"] == "invalid_input" and "refund-desk" in error["message"]
+    assert len(cli("runs", "list", "--agent", "refund-desk", "--json", inproc=True).json) \
+        == before
+
+
 # --- with the module's worker ---------------------------------------------------------------
+
+
+def test_submit_wait_prints_the_result_as_json(cli: Cli) -> None:
+    """Not a Python repr (``{'laps': 2}``): a person pastes it into jq."""
+    out = cli("submit", "loop", "--input", '{"laps": 2}', "--wait", "--timeout", "120").out
+    assert json.loads(out.strip().splitlines()[-1]) == {"laps": 2}
 
 
 def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) -> None:
@@ -362,7 +414,7 @@ def test_failed_run_retry_and_structured_logs(cli: Cli) -> None:
                  code=1)
     run = failed.json
     assert run["status"] == "failed" and run["error_code"] == "lap_error"
-    assert failed.err.startswith("error: lap_error: ")
+    assert json_error(failed)["code"] == "lap_error"
     again = cli("retry", run["id"], "--by", "carol", "--json").json
     assert again["status"] in ("queued", "running") and again["error_code"] is None
     tailed = cli("runs", "tail", run["id"], "--last", "1000", "--timeout", "120", "--json",
@@ -422,3 +474,9 @@ def test_metrics_once_and_demo(cli: Cli) -> None:
     demo = cli("demo", "--runs", "2", "--orders", "1", "--timeout", "120", "--json").json
     assert demo["succeeded"] == 2 and [r["laps"] for r in demo["runs"]] == [5, 5]
     assert demo["vendor"]["duplicates"] == 0
+    # Every lap shows its own call's effect (the scripted model reuses call_0).
+    laps = cli("runs", "show", demo["runs"][0]["id"], "--laps", "--json").json["laps"]
+    effects = [(t["name"], t["effect"] and t["effect"]["key"].split(":", 1)[1])
+               for lap in laps for t in lap["tools"]]
+    assert effects == [("list_orders", None), ("get_order", None), ("refund", "3:0"),
+                       ("send_notice", "4:0")]
