@@ -3,36 +3,29 @@ configured Postgres and Redis; it submits refund-desk runs, SIGKILLs one worker
 mid-run, starts a replacement, and shows every run finished with each lap
 committed exactly once and every refund landed exactly once at the vendor.
 
+By default the fleet stays up afterwards (Flower, ``agent-worker submit``, ``runs
+list`` work against it) until ``--stop``; ``--no-keep`` tears it down at the end.
 Run it through ``deploy/local/demo.sh`` (which installs and starts services).
+``AGENT_WORKER_DEMO_RUNS`` sets the default number of runs (tests use fewer).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from agent_worker.api import AgentWorker, client
-from agent_worker.demo.vendor import start_vendor
+from agent_worker.demo.fleet import Fleet, stop_saved
+from agent_worker.demo.vendor import VendorProcess, start_vendor
+from store.base import TERMINAL, RunRecord
 
-
-def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def _worker(env: dict[str, str], logdir: Path, n: int) -> subprocess.Popen[bytes]:
-    return _spawn([sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel",
-                   "INFO", "--concurrency", "2", "-n", f"demo{n}@%h", "--without-mingle"],
-                  env, logdir / f"worker{n}.log")
+FLEET_FILE = Path(".data/demo-fleet.json")
+PROGRESS_EVERY = 2.0  # seconds: no silent wait longer than this
 
 
 def _laps_once(aw: AgentWorker, run_id: str) -> bool:
@@ -43,42 +36,43 @@ def _laps_once(aw: AgentWorker, run_id: str) -> bool:
         and len(commits) == run.lap
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--flower-port", type=int, default=5555)
-    opts = parser.parse_args(argv)
-    logdir = Path(tempfile.mkdtemp(prefix="agent-worker-demo-"))
-    procs: list[subprocess.Popen[bytes]] = []
-    with start_vendor(logdir / "vendor.db") as vendor:
-        env = {**os.environ, "AGENT_WORKER_VENDOR_URL": vendor.url,
-               "FLOWER_BASIC_AUTH": os.environ.get("FLOWER_BASIC_AUTH", "demo:demo")}
-        os.environ["AGENT_WORKER_VENDOR_URL"] = vendor.url
-        try:
-            procs += [_worker(env, logdir, 1), _worker(env, logdir, 2)]
-            procs.append(_spawn([sys.executable, "-m", "celery", "-A", "tasks", "beat",
-                                 "-s", str(logdir / "beat.db")], env, logdir / "beat.log"))
-            procs.append(_spawn([sys.executable, "-m", "celery", "-A", "tasks", "flower",
-                                 f"--port={opts.flower_port}"], env, logdir / "flower.log"))
-            print(f"logs in {logdir}; Flower on http://127.0.0.1:{opts.flower_port} "
-                  f"(user:password {env['FLOWER_BASIC_AUTH']})")
-            aw = client()
-            runs = [aw.start_run("refund-desk", {"orders": 6}).id for _ in range(opts.runs)]
-            print(f"submitted {len(runs)} refund-desk runs")
-            deadline = time.monotonic() + 60
-            while sum(aw.get_run(r).lap for r in runs) < 3 * len(runs):
-                if time.monotonic() > deadline:
-                    raise SystemExit("demo: runs are not progressing; see the worker logs")
-                time.sleep(0.2)
-            os.killpg(procs[0].pid, signal.SIGKILL)
-            print(f"SIGKILLed worker 1 (pid {procs[0].pid}) mid-run; starting a replacement")
-            procs.append(_worker(env, logdir, 3))
-            finished = [aw.wait(r, timeout=300) for r in runs]
-        finally:
-            for p in procs:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
-        stats = vendor.client.stats()
+def _wait(aw: AgentWorker, runs: list[str], what: str,
+          until: Callable[[list[RunRecord]], bool], timeout: float) -> list[RunRecord]:
+    """Poll the runs until ``until`` holds, printing their progress every couple
+    of seconds, so the demo never goes quiet."""
+    start = last = time.monotonic()
+    while True:
+        records = [aw.get_run(r) for r in runs]
+        if until(records):
+            return records
+        progress = _progress(records)
+        now = time.monotonic()
+        if now - start > timeout:
+            raise SystemExit(f"demo: {what} did not happen within {timeout:.0f}s ({progress}); "
+                             "see the worker logs")
+        if now - last >= PROGRESS_EVERY:
+            print(f"  ... {now - start:4.0f}s {progress}", flush=True)
+            last = now
+        time.sleep(0.2)
+
+
+def _progress(records: list[RunRecord]) -> str:
+    finished = sum(r.status in TERMINAL for r in records)
+    return (f"{finished}/{len(records)} runs finished, {sum(r.lap for r in records)} laps "
+            f"committed, {sum(r.recoveries for r in records)} recovered")
+
+
+def _run_demo(aw: AgentWorker, fleet: Fleet, vendor: VendorProcess, runs_wanted: int) -> bool:
+    runs = [aw.start_run("refund-desk", {"orders": 6}).id for _ in range(runs_wanted)]
+    print(f"submitted {len(runs)} refund-desk runs", flush=True)
+    _wait(aw, runs, "three laps per run", lambda b: sum(r.lap for r in b) >= 3 * len(b), 60)
+    pid = fleet.kill("worker1")
+    print(f"SIGKILLed worker 1 (pid {pid}) mid-run; starting a replacement; the runs it "
+          "held resume once their lease expires (AGENT_WORKER_LEASE_TTL_SECONDS)", flush=True)
+    fleet.worker(3)
+    finished = _wait(aw, runs, "every run finishing",
+                     lambda b: all(r.status in TERMINAL for r in b), 300)
+    stats = vendor.client.stats()
     ok = True
     print(f"{'run':34} {'status':10} {'laps':>4} {'recovered':>9}  each lap once")
     for run in finished:
@@ -87,9 +81,65 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{run.id:34} {run.status:10} {run.lap:>4} {run.recoveries:>9}  {once}")
     print(f"vendor: {stats['refunds']} refunds, {stats['notices']} notices, "
           f"{stats['duplicates']} duplicates")
-    ok &= stats["duplicates"] == 0 and stats["refunds"] == 6 * len(runs)
+    ok &= bool(stats["duplicates"] == 0 and stats["refunds"] == 6 * len(runs))
     print("demo OK: every run finished, every lap committed once, no refund twice" if ok
           else "demo FAILED")
+    return ok
+
+
+def _print_kept(fleet: Fleet, flower: str, auth: str) -> None:
+    print(f"""
+The fleet is still running, so you can look around:
+  Flower     {flower}  (user:password {auth}); search kwargs:run_id=<id> under Tasks
+  runs       agent-worker runs list   |   agent-worker runs show RUN --laps
+  a new run  agent-worker submit refund-desk --wait
+  logs       {fleet.logdir}
+Stop it:     deploy/local/demo.sh --stop     (workers, beat, Flower, the demo's vendor)
+             deploy/local/services.sh stop   (Postgres, Redis and the vendor of services.sh)""")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int,
+                        default=int(os.environ.get("AGENT_WORKER_DEMO_RUNS", "5")))
+    parser.add_argument("--flower-port", type=int, default=5555)
+    parser.add_argument("--keep", action=argparse.BooleanOptionalAction, default=True,
+                        help="Leave the fleet running after the demo (default).")
+    parser.add_argument("--stop", action="store_true",
+                        help="Stop the fleet a previous demo left running, and exit.")
+    parser.add_argument("--fleet-file", type=Path, default=FLEET_FILE,
+                        help="Where the kept fleet's pids are recorded.")
+    opts = parser.parse_args(argv)
+    stopped = stop_saved(opts.fleet_file)
+    if stopped or opts.stop:
+        print(f"stopped the demo fleet: {', '.join(stopped)}" if stopped
+              else "no demo fleet was running")
+    if opts.stop:
+        return 0
+    logdir = Path(tempfile.mkdtemp(prefix="agent-worker-demo-"))
+    vendor = start_vendor(logdir / "vendor.db")
+    auth = os.environ.get("FLOWER_BASIC_AUTH", "demo:demo")
+    env = {**os.environ, "AGENT_WORKER_VENDOR_URL": vendor.url, "FLOWER_BASIC_AUTH": auth}
+    fleet = Fleet(logdir, env, extra_pids={"vendor": vendor.pid or 0})
+    flower = f"http://127.0.0.1:{opts.flower_port}"
+    kept = False
+    try:
+        fleet.worker(1)
+        fleet.worker(2)
+        fleet.spawn("beat", ["-m", "celery", "-A", "tasks", "beat", "-s",
+                             str(logdir / "beat.db")])
+        fleet.spawn("flower", ["-m", "celery", "-A", "tasks", "flower",
+                               f"--port={opts.flower_port}"])
+        print(f"logs in {logdir}; Flower on {flower} (user:password {auth})", flush=True)
+        ok = _run_demo(client(), fleet, vendor, opts.runs)
+        if opts.keep:
+            fleet.save(opts.fleet_file, flower=flower)
+            kept = True
+            _print_kept(fleet, flower, auth)
+    finally:
+        if not kept:
+            fleet.stop()
     return 0 if ok else 1
 
 

@@ -379,6 +379,11 @@ class VendorProcess:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        """The vendor process (leader of its own process group), while running."""
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def client(self) -> VendorClient:
         if self._client is None:
             raise RuntimeError("vendor is not running; call start() first")

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # The main job, on a fresh machine, as root: install what is missing, start a
-# project-local Postgres and Redis (unless AGENT_WORKER_DATABASE_URL /
-# AGENT_WORKER_BROKER_URL point elsewhere), migrate, then run the demo.
+# project-local Postgres, Redis and demo vendor (unless AGENT_WORKER_DATABASE_URL /
+# AGENT_WORKER_BROKER_URL point elsewhere), migrate, then run the demo. The
+# demo's fleet (workers, beat, Flower) stays up afterwards; stop it with
+#   deploy/local/demo.sh --stop        and the services with
+#   deploy/local/services.sh stop
+# --no-keep tears the fleet down when the demo ends; --runs N submits N runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+if [ "${1:-}" = "--stop" ]; then
+  exec python -m agent_worker.demo.orchestrate --stop
+fi
 deploy/local/install.sh
 if [ -z "${AGENT_WORKER_DATABASE_URL:-}" ] || [ -z "${AGENT_WORKER_BROKER_URL:-}" ]; then
   deploy/local/services.sh start
