@@ -120,11 +120,15 @@ case "${1:-start}" in
     else
       echo "postgres was not running from $pg"
     fi
-    if redis-cli -p "$redis_port" ping >/dev/null 2>&1; then
+    # Only the Redis this checkout started (its pidfile): another checkout's may
+    # answer on the same port.
+    if [ -s "$data/redis.pid" ] && redis-cli -p "$redis_port" ping >/dev/null 2>&1 &&
+       [ "$(redis-cli -p "$redis_port" info server | tr -d '\r' | sed -n 's/^process_id://p')" \
+         = "$(cat "$data/redis.pid")" ]; then
       redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
       echo "stopped redis (port $redis_port)"
     else
-      echo "redis was not running on port $redis_port"
+      echo "redis was not running from $data"
     fi
     stop_vendor ;;
   status)

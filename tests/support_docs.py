@@ -1,0 +1,61 @@
+"""The shell commands the READMEs show, as a reader would copy them: fenced
+``sh`` blocks, indented blocks, and inline code spans that start with a
+command. Shared by the README doc test and the first-hour test."""
+
+from __future__ import annotations
+
+import re
+
+from tests.support import ROOT
+
+DOCS = ("README.md", "deploy/README.md")
+# An inline code span counts as a command when it starts with one of these.
+COMMAND_WORDS = ("agent-worker ", "celery ", "python ", "deploy/local/", "make ", "kubectl ",
+                 "docker ", "systemctl ", "curl ")
+
+
+def _lines(block: str) -> list[str]:
+    """Non-empty, non-comment lines with trailing ``# comments`` removed."""
+    out = []
+    for raw in block.splitlines():
+        line = re.sub(r"\s+#(\s.*)?$", "", raw.strip())
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
+def fenced_blocks(text: str, heading: str | None = None) -> list[list[str]]:
+    """The ``sh`` blocks of a Markdown text (only under ``heading``, if given)."""
+    if heading is not None:
+        start = text.index(f"\n### {heading}\n")
+        end = text.find("\n#", start + len(heading) + 6)
+        text = text[start: end if end > 0 else None]
+    return [_lines(m.group(1)) for m in re.finditer(r"```(?:sh|bash)\n(.*?)```", text, re.S)]
+
+
+def indented_blocks(text: str) -> list[list[str]]:
+    """Indented code blocks: runs of lines indented 4+ spaces after a blank line."""
+    return [_lines(m.group(1)) for m in re.finditer(r"\n\n((?:(?: {4,}).*\n|\n)+)", text)]
+
+
+def inline_commands(text: str) -> list[str]:
+    spans = re.findall(r"(?<!`)`([^`\n]+)`(?!`)", text)
+    return [s.strip() for s in spans if s.startswith(COMMAND_WORDS)]
+
+
+def commands() -> list[tuple[str, str]]:
+    """Every (document, command) pair, in document order per kind."""
+    found: list[tuple[str, str]] = []
+    for doc in DOCS:
+        text = (ROOT / doc).read_text()
+        blocks = fenced_blocks(text) + indented_blocks(text)
+        found += [(doc, line) for block in blocks for line in block]
+        found += [(doc, line) for line in inline_commands(text)]
+    unique = list(dict.fromkeys(found))
+    return unique
+
+
+def readme_walkthrough() -> list[str]:
+    """The README's "The first hour" commands, in order."""
+    blocks = fenced_blocks((ROOT / "README.md").read_text(), "The first hour")
+    return [line for block in blocks for line in block]
