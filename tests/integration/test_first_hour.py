@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,11 @@ def _port_taken(port: int) -> bool:
 
 def _sh(command: str, clone: Path, env: dict[str, str],
         timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-c", command], cwd=clone, env=env, text=True,
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", command], cwd=clone, env=env, text=True,
                           capture_output=True, timeout=timeout, check=False)
+    print(f"{time.monotonic() - started:6.1f}s  {command}")  # shown with -s or on failure
+    return done
 
 
 def _assert_clean(command: str, done: subprocess.CompletedProcess[str]) -> str:
@@ -57,8 +61,9 @@ def test_first_hour_on_a_fresh_clone(database_url: str, broker_url: str,
         pytest.skip(f"port {FLOWER_PORT} is taken on this machine (another Flower)")
     clone, venv = tmp_path / "agent-worker", tmp_path / "venv"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=60)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=120)
+    # No pip of its own: the system's pip, run by the venv's python, installs into the venv.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AGENT_WORKER_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(PATH=f"{venv / 'bin'}:{os.environ['PATH']}", VIRTUAL_ENV=str(venv),
