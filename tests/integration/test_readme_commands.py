@@ -9,8 +9,9 @@ test, so a new README command needs a check. How each kind is checked:
 - ``serve``: long-running (worker, beat, Flower, metrics): started as written,
   it must come up (its ready line, or its HTTP endpoint answering) and keep
   running; then it is stopped.
-- ``first_hour``: the two set-up commands and the "first hour" walkthrough,
-  executed in order on a fresh clone by ``test_first_hour.py``.
+- ``first_hour``: the two set-up commands (and install.sh, which both run) and
+  the "first hour" walkthrough, executed in order on a fresh clone by
+  ``test_first_hour.py``.
 - ``pytest_args``: ``test.sh`` with pytest arguments: the arguments must select
   tests (``--collect-only``); test.sh itself is what CI runs.
 - ``make_dry``: Makefile targets exist and expand (``make -n``); ``make test`` is
@@ -125,8 +126,8 @@ def serve(command: str, env: Env) -> None:
 
 
 def first_hour(command: str, env: Env) -> None:
-    assert command in ("deploy/local/demo.sh", "deploy/local/test.sh") \
-        or command in readme_walkthrough()
+    assert command in ("deploy/local/demo.sh", "deploy/local/test.sh",
+                       "deploy/local/install.sh") or command in readme_walkthrough()
     assert (ROOT / "tests/integration/test_first_hour.py").exists()
 
 
@@ -198,7 +199,7 @@ RULES: list[tuple[str, Check]] = [
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
      r"|celery -A tasks (flower --port=5555|beat --loglevel INFO"
      r"|worker --concurrency 4 --loglevel INFO --without-mingle)", serve),
-    (r"deploy/local/(demo|test)\.sh", first_hour),
+    (r"deploy/local/(demo|test|install)\.sh", first_hour),
     (r"deploy/local/test\.sh .+", pytest_args),
     (r"make [a-z -]+", make_dry),
     (r"agent-worker submit\|.*|agent-worker (effects resolve KEY|retry RUN).*"
