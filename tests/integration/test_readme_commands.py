@@ -12,12 +12,14 @@ test, so a new README command needs a check. How each kind is checked:
 - ``first_hour``: the two set-up commands (and install.sh, which both run) and
   the "first hour" walkthrough, executed in order on a fresh clone by
   ``test_first_hour.py``.
-- ``pytest_args``: ``test.sh`` with pytest arguments: the arguments must select
-  tests (``--collect-only``); test.sh itself is what CI runs.
+- ``pytest_args``: ``test.sh`` or pytest with arguments: every path must exist
+  under tests/ (the suite runs it: test.sh is what CI runs) and every marker be
+  declared.
 - ``make_dry``: Makefile targets exist and expand (``make -n``); ``make test`` is
   test.sh, which CI runs.
 - ``usage``: commands with placeholders (RUN, KEY) or that run for minutes
-  (benchmarks): ``--help`` must work and list every option the README uses.
+  (benchmarks): ``--help`` must work and list every option the README uses
+  (``agent-worker`` in-process: seventeen interpreter starts would cost a minute).
 - ``host``: systemd, Kubernetes and Docker commands, which cannot run on this
   kind of machine (no systemd as PID 1, no cluster, no Docker Engine): every
   file, unit, Kubernetes object, container and Compose service they name must
@@ -27,6 +29,7 @@ test, so a new README command needs a check. How each kind is checked:
 from __future__ import annotations
 
 import glob
+import io
 import os
 import re
 import shlex
@@ -35,8 +38,10 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -132,27 +137,48 @@ def first_hour(command: str, env: Env) -> None:
 
 
 def pytest_args(command: str, env: Env) -> None:
-    args = shlex.split(command)[1:]
-    run(shlex.join([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only",
-                    "-q", *args]), env)
+    words = shlex.split(command)
+    args = words[3:] if words[:3] == ["python", "-m", "pytest"] else words[1:]
+    markers = {m.split(":")[0] for m in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]}
+    for i, arg in enumerate(args):
+        if arg.startswith("tests/"):
+            assert (ROOT / arg).exists(), f"{command}: {arg} does not exist"
+        if i and args[i - 1] == "-m":
+            names = set(re.findall(r"\w+", arg)) - {"not", "and", "or"}
+            assert names <= markers, f"{command}: undeclared markers {names - markers}"
 
 
 def make_dry(command: str, env: Env) -> None:
     run(f"make -n {command.split(' ', 1)[1]}", env)
 
 
+def _cli_help(words: list[str]) -> str:
+    from agent_worker.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main([*words, "--help"])
+    assert code == 0, f"agent-worker {' '.join(words)} --help: {err.getvalue()}"
+    return out.getvalue()
+
+
 def usage(command: str, env: Env) -> None:
     words = shlex.split(command)
     if words[0] == "agent-worker" and "|" in command:  # the synopsis line
         for sub in command.split(" ", 1)[1].split("|"):
-            run(f"agent-worker {sub.split(' [')[0].replace(' RUN', '')} --help", env)
+            _cli_help(sub.split(" [")[0].replace(" RUN", "").split())
         return
     options_at = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
     head = [w for w in words[:options_at] if not w.isupper()]
-    done = env.run(shlex.join([*head, "--help"]))
-    assert done.returncode == 0, done.stdout + done.stderr
+    if head[0] == "agent-worker":
+        text = _cli_help(head[1:])
+    else:
+        done = env.run(shlex.join([*head, "--help"]))
+        assert done.returncode == 0, done.stdout + done.stderr
+        text = done.stdout
     for option in re.findall(r"--[a-z-]+", command):
-        assert option in done.stdout, f"{command}: {option} is not in its --help"
+        assert option in text, f"{command}: {option} is not in its --help"
 
 
 def _k8s_objects() -> set[tuple[str, str]]:
@@ -195,12 +221,12 @@ def host(command: str, env: Env) -> None:
 RULES: list[tuple[str, Check]] = [
     (r"agent-worker db upgrade|agent-worker runs list --stale"
      r"|agent-worker runs list --agent-version OLD --status running"
-     r"|python -m pytest tests/unit/test_deploy_files\.py|deploy/local/services\.sh start", run),
+     r"|deploy/local/services\.sh start", run),
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
      r"|celery -A tasks (flower --port=5555|beat --loglevel INFO"
      r"|worker --concurrency 4 --loglevel INFO --without-mingle)", serve),
     (r"deploy/local/(demo|test|install)\.sh", first_hour),
-    (r"deploy/local/test\.sh .+", pytest_args),
+    (r"deploy/local/test\.sh .+|python -m pytest .+", pytest_args),
     (r"make [a-z -]+", make_dry),
     (r"agent-worker submit\|.*|agent-worker (effects resolve KEY|retry RUN).*"
      r"|python -m bench\.\w+( .*)?", usage),
