@@ -76,6 +76,9 @@ def test_first_hour_on_a_fresh_clone(database_url: str, broker_url: str,
         assert "WARNING" not in demo, "the installers' warnings reached the demo's output"
         after_kill = demo.split("SIGKILLed worker 1", 1)[1].split("demo OK")[0]
         assert "  ... " in after_kill, "no progress line while the runs recover"
+        logdir = Path(demo.split("logs in ", 1)[1].split(";", 1)[0])
+        worker_logs = "".join(f.read_text(errors="replace") for f in logdir.glob("worker*.log"))
+        assert "ready." in worker_logs and "superuser privileges" not in worker_logs
         _assert_clean("deploy/local/test.sh", _sh(
             "deploy/local/test.sh -p no:cacheprovider tests/unit/test_readme.py", clone, env,
             timeout=300))
