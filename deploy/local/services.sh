@@ -103,7 +103,9 @@ PY
 stop_vendor() {
   local pid
   pid="$(cat "$data/vendor.pid" 2>/dev/null || true)"
-  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+  # The pid must still be our vendor (after a reboot it may be anyone's).
+  if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null |
+       grep -q agent_worker.demo.vendor && kill "$pid" 2>/dev/null; then
     rm -f "$data/vendor.pid"
     echo "stopped demo vendor (port $vendor_port)"
   else
