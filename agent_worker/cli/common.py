@@ -26,8 +26,8 @@ from typing import Annotated, Any, NoReturn
 import click
 import typer
 from pydantic import BaseModel
-from rich.console import Console
 
+from agent_worker.cli.terminal import SafeConsole, strip_terminal
 from agent_worker.errors import (
     AgentWorkerError,
     InvalidInputError,
@@ -52,8 +52,8 @@ ByOpt = Annotated[str, typer.Option("--by", default_factory=default_by, show_def
                                     help="Who is acting (recorded in the audit log).")]
 
 # Piped output is for grep and less, not an 80-column terminal: don't wrap tables.
-console = Console(highlight=False,
-                  width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
+console = SafeConsole(highlight=False,
+                      width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
 
 
 class CliFailure(Exception):
@@ -197,7 +197,7 @@ def _is_usage_error(e: BaseException) -> bool:
 
 def report(exit_code: int, code: str, message: str) -> int:
     """Write the single error line and hand back the exit code."""
-    line = " ".join(str(message).split())
+    line = " ".join(strip_terminal(str(message)).split())
     if len(line) > 2000:
         line = line[:1997] + "..."
     sys.stderr.write(f"error: {code}: {line}\n")
