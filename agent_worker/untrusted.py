@@ -73,7 +73,7 @@ class _Cleaner:
         if isinstance(value, dict | list | tuple):
             # Checked before descending: the recursion never goes past ``limit``.
             if depth >= self.limit:
-                raise NestingTooDeepError(f"{self.what} nests deeper than {self.limit} levels")
+                raise NestingTooDeepError(f"{self.what}: nested deeper than {self.limit} levels")
             if isinstance(value, dict):
                 return {clean_text(str(k)): self.value(v, depth + 1) for k, v in value.items()}
             return [self.value(v, depth + 1) for v in value]

@@ -68,7 +68,7 @@ def model_output(response: ModelResponse, settings: Settings) -> ModelResponse:
 def _arguments(arguments: dict[str, Any], depth: int) -> dict[str, Any]:
     """Cleaned arguments; too deep, a stand-in the call runner refuses."""
     try:
-        value: dict[str, Any] = clean(arguments, max_depth=depth, what="the arguments")
+        value: dict[str, Any] = clean(arguments, max_depth=depth, what="arguments")
     except NestingTooDeepError as e:
         return {REFUSED: str(e)}
     return value

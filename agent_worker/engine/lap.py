@@ -193,7 +193,7 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
                     s.retry_backoff_max_seconds)
         delay *= 1 + random.random() / 4
         log.warning("run %s lap %s attempt %s failed (%s); retrying in %.1fs", run.id,
-                    claim.lap, run.lap_attempts, message, delay)
+                    claim.lap, run.lap_attempts, reduced(message), delay)
         kept = ((run.error_code, run.error_message, run.error_detail) if ending
                 else (code, message, detail))
         _release(rt, claim, RunUpdate(
@@ -203,7 +203,7 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
             fence_cancel=not ending)
         return "retrying"
     if ending:
-        log.error("run %s: compensation failed for good: %s", run.id, message)
+        log.error("run %s: compensation failed for good: %s", run.id, reduced(message))
         _release(rt, claim, RunUpdate(
             status="failed", error_code="compensation_failed",
             error_message=f"compensation failed: {message} (the run was ending because: "
@@ -211,7 +211,8 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
             {"kind": "finished", "status": "failed", "error": message[:500]},
             fence_cancel=False)
         return "failed"
-    log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap, message)
+    log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap,
+              reduced(message))
     _release(rt, claim, RunUpdate(status="queued", ending="failed", enqueue=True,
                                   error_code=code, error_message=message, error_detail=detail),
              {"kind": "failing", "error": message[:500], "code": code}, reset_attempts=True)
