@@ -30,7 +30,7 @@ from agent_worker.errors import (
 )
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
-from agent_worker.untrusted import check_name, check_text, clean, payload_bytes
+from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from store.base import (
     TERMINAL,
     ApprovalRecord,
@@ -46,6 +46,19 @@ from store.base import (
 
 def _check_id(value: str, what: str) -> str:
     return check_name(value, what, max_chars=200)
+
+
+def _ref(value: str, what: str = "run", error: type[NotFoundError] = UnknownRunError) -> str:
+    """A reference to something stored. One that can never have been stored (not
+    a string, or holding U+0000 or a lone surrogate, which Postgres refuses even
+    as a query parameter) is simply not found, the same on both dialects."""
+    if not isinstance(value, str) or clean_text(value) != value:
+        raise error(f"unknown {what} {clean_text(str(value))!r}")
+    return value
+
+
+def _storable(*values: str | None) -> bool:
+    return all(v is None or (isinstance(v, str) and clean_text(v) == v) for v in values)
 
 
 def _json_size(value: Any, what: str) -> int:
@@ -117,7 +130,7 @@ class AgentWorker:
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run's current record. Raises ``UnknownRunError``."""
-        run = self.rt.store.get_run(run_id)
+        run = self.rt.store.get_run(_ref(run_id))
         if run is None:
             raise UnknownRunError(f"unknown run {run_id!r}")
         return run
@@ -130,6 +143,8 @@ class AgentWorker:
         stale_before = (self.rt.clock.now()
                         - timedelta(seconds=self.rt.settings.stale_after_seconds)
                         if stale else None)
+        if not _storable(status, agent, agent_version, tenant):
+            return []  # nothing stored can match
         return self.rt.store.list_runs(status=status, agent=agent, agent_version=agent_version,
                                        tenant=tenant, stale_before=stale_before, limit=limit)
 
@@ -171,6 +186,7 @@ class AgentWorker:
         if comment is not None:
             comment = check_text(comment, "comment",
                                  max_chars=self.rt.settings.max_approval_comment_chars)
+        _ref(ident, "approval or run", NotFoundError)
         is_run = self.rt.store.get_run(ident) is not None
         record, due = self.rt.store.decide_approval(
             None if is_run else ident, ident if is_run else None, approved=approved, by=by,
@@ -182,12 +198,15 @@ class AgentWorker:
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None
                        ) -> list[ApprovalRecord]:
         """Approvals in ``status``, oldest first (the inbox)."""
+        if not _storable(status, run_id):
+            return []  # nothing stored can match
         return self.rt.store.list_approvals(status=status, run_id=run_id)
 
     def send_signal(self, run_id: str, name: str, payload: Any = None) -> SignalRecord:
         """Store a signal durably; a run waiting for ``name`` resumes, and one
         that waits later finds it. Each signal is delivered into one lap."""
         s = self.rt.settings
+        _ref(run_id)
         check_name(name, "signal name", max_chars=s.max_signal_name_chars)
         payload = self._admit(payload, "payload")
         _json_size(payload, "payload")
@@ -205,6 +224,7 @@ class AgentWorker:
 
     def cancel(self, run_id: str, *, reason: str, by: str = "api") -> RunRecord:
         """Stop the run at the next lap boundary and undo its compensatable effects."""
+        _ref(run_id)
         reason = check_text(reason, "reason", max_chars=self.rt.settings.max_cancel_reason_chars)
         by = self._principal(by)
         due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
@@ -215,6 +235,7 @@ class AgentWorker:
 
     def retry(self, run_id: str, *, by: str = "api") -> RunRecord:
         """Resume a failed (or attention-needing) run from its last checkpoint."""
+        _ref(run_id)
         by = self._principal(by)
         due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
                                     from_statuses=("failed", "waiting"),
@@ -240,6 +261,7 @@ class AgentWorker:
     def resolve_effect(self, key: str, *, applied: bool, by: str, result: Any = None
                        ) -> EffectRecord:
         """A human's verdict on an effect whose outcome was unknown."""
+        _ref(key, "effect", NotFoundError)
         by = self._principal(by)
         result = self._admit(result, "result")
         record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
@@ -253,23 +275,23 @@ class AgentWorker:
 
     def checkpoints(self, run_id: str) -> list[tuple[int, int, Any]]:
         """(lap, schema version, committed at) of each kept checkpoint."""
-        return self.rt.store.list_checkpoints(run_id)
+        return self.rt.store.list_checkpoints(_ref(run_id))
 
     def state_at(self, run_id: str, lap: int) -> Checkpoint:
         """The run's state after ``lap`` committed laps."""
-        state = self.rt.store.get_checkpoint(run_id, lap)
+        state = self.rt.store.get_checkpoint(_ref(run_id), lap)
         if state is None:
             raise NotFoundError(f"run {run_id} has no checkpoint for lap {lap}")
         return load_checkpoint(state)
 
     def messages(self, run_id: str) -> list[StoredMessage]:
-        return self.rt.store.list_messages(run_id)
+        return self.rt.store.list_messages(_ref(run_id))
 
     def effects(self, run_id: str) -> list[EffectRecord]:
-        return self.rt.store.list_effects(run_id)
+        return self.rt.store.list_effects(_ref(run_id))
 
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
-        return self.rt.store.list_events(run_id, after_id=after_id)
+        return self.rt.store.list_events(_ref(run_id), after_id=after_id)
 
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:

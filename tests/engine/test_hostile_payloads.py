@@ -19,6 +19,7 @@ from agent_worker.errors import (
     InvalidInputError,
     InvalidStateError,
     NestingTooDeepError,
+    NotFoundError,
     PayloadTooLargeError,
     ToolError,
 )
@@ -319,6 +320,18 @@ def test_operator_text_is_bounded_and_stored_by_the_rule(worker: InProcessWorker
     r = worker.get_run(other)
     assert (r.status, r.cancel_reason, r.cancelled_by) == (
         "cancelled", f"stop{CLEANED}", f"me{CLEANED}")
+
+
+def test_references_that_cannot_exist_are_not_found(worker: InProcessWorker) -> None:
+    """Was: a NUL in a looked-up id reached Postgres as a parameter: a raw error."""
+    bad = f"run{HOSTILE}"
+    for call in (lambda: worker.get_run(bad), lambda: worker.cancel(bad, reason="r"),
+                 lambda: worker.send_signal(bad, "go", 1), lambda: worker.retry(bad),
+                 lambda: worker.approve(bad, by="ops"), lambda: worker.events(bad),
+                 lambda: worker.resolve_effect(f"{bad}:1:0", applied=True, by="ops")):
+        with pytest.raises(NotFoundError):
+            call()
+    assert worker.list_runs(tenant=bad) == [] and worker.list_approvals(run_id=bad) == []
 
 
 # --- secrets (problem 7) ------------------------------------------------------------------------
