@@ -264,6 +264,11 @@ class AgentWorker:
         _ref(key, "effect", NotFoundError)
         by = self._principal(by)
         result = self._admit(result, "result")
+        # It stands for the tool's result: the same measure and limit.
+        if payload_bytes(result) > self.rt.settings.max_tool_result_bytes:
+            raise PayloadTooLargeError(
+                f"result exceeds the tool-result limit of "
+                f"{self.rt.settings.max_tool_result_bytes} bytes")
         record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
                                               now=self.rt.clock.now())
         run = self.get_run(record.run_id)
@@ -303,6 +308,9 @@ class AgentWorker:
         spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
         new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
         facts = self._admit(facts, "facts")
+        if _json_size(facts, "facts") > self.rt.settings.max_input_bytes:
+            raise PayloadTooLargeError(
+                f"facts exceed the input limit of {self.rt.settings.max_input_bytes} bytes")
         now = self.rt.clock.now()
         history = self.rt.store.list_messages(run_id, end=base.message_count)
         checkpoint = base.model_copy(update={

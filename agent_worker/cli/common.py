@@ -125,6 +125,8 @@ def parse_json_arg(raw: str | None, what: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise CliFailure(BAD_INPUT, "invalid_input", f"{what} is not valid JSON: {e}") from e
+    except RecursionError as e:  # the parser's own limit, far past max_json_depth
+        raise CliFailure(BAD_INPUT, "nesting_too_deep", f"{what} nests too deeply") from e
 
 
 def now() -> datetime:

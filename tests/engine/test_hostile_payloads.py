@@ -294,6 +294,8 @@ def test_look_alike_agent_tool_and_signal_names_are_refused(worker: InProcessWor
     run_id = _waiting(worker, "h-signal-id")
     with pytest.raises(InvalidInputError):
         worker.send_signal(run_id, "go\n", 1)
+    with pytest.raises(InvalidInputError):  # max_signal_name_chars (100)
+        worker.send_signal(run_id, "g" * 101, 1)
 
 
 def test_operator_text_is_bounded_and_stored_by_the_rule(worker: InProcessWorker) -> None:
@@ -315,6 +317,8 @@ def test_operator_text_is_bounded_and_stored_by_the_rule(worker: InProcessWorker
     other = _waiting(worker, "h-cancel")
     with pytest.raises(InvalidInputError):
         worker.cancel(other, reason="r" * 2001)
+    with pytest.raises(InvalidInputError):
+        worker.cancel(other, reason="r", by="b" * 201)
     worker.cancel(other, reason=f"stop{HOSTILE}", by=f"me{HOSTILE}")
     worker.run_until_idle()
     r = worker.get_run(other)

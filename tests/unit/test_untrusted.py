@@ -103,3 +103,11 @@ def test_cli_error_line_never_prints_terminal_control(capsys: pytest.CaptureFixt
     common.report(1, "lap_error", HOSTILE)
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\x07" not in err and err.startswith("error: lap_error: ok")
+
+
+def test_cli_json_arguments_nested_too_deep_are_bad_input() -> None:
+    """Was: a raw RecursionError, reported as ``error: internal``."""
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(common.CliFailure) as caught:
+        common.parse_json_arg(deep, "--payload")
+    assert caught.value.exit_code == common.BAD_INPUT
