@@ -63,6 +63,17 @@ def echo_approved(text: str) -> str:
     return text
 
 
+@tool(kind="compensatable")
+def hold(text: str) -> str:
+    """A saga step whose undo answers with what Postgres cannot hold."""
+    return text
+
+
+@hold.compensator
+def _release_hold(args: dict[str, Any], result: Any, ctx: ToolContext) -> str:
+    return f"released {args['text']}{HOSTILE}"
+
+
 @tool
 def crash(why: str) -> None:
     """Fails with an exception that is not a ToolError: a lap error."""
@@ -80,7 +91,7 @@ def produce(kind: str, size: int = 0) -> Any:
     return value
 
 
-TOOLS = [echo_hostile, echo_approved, refuse, crash, produce, wait_for_signal_tool]
+TOOLS = [echo_hostile, echo_approved, hold, refuse, crash, produce, wait_for_signal_tool]
 
 
 def _scripted(name: str, first: ModelResponse, final: str = "done", **kw: Any) -> str:
@@ -156,6 +167,19 @@ def test_model_picked_signal_name_with_nul_is_a_tool_error(worker: InProcessWork
     assert worker.get_run(run.id).status == "succeeded"
     [(content, is_error)] = _tool_messages(worker, run.id)
     assert is_error and content.startswith("signal name must be")
+
+
+def test_compensation_result_with_nul_is_stored_by_the_rule(worker: InProcessWorker) -> None:
+    """Was: the undo's result went to the ledger as returned: the Postgres write failed
+    and the run kept failing to compensate."""
+    name = _scripted("h-undo", turn("", [("hold", {"text": "h"}), ("crash", {"why": "no"})]))
+    run = worker.start_run(name)
+    worker.run_until_idle()
+    done = worker.get_run(run.id)
+    assert (done.status, done.error_code) == ("failed", "lap_error")
+    effects = {e.tool_name: e for e in worker.effects(run.id)}
+    assert effects["hold"].status == "compensated"
+    assert effects["hold:undo"].result == f"released h{CLEANED}"
 
 
 # --- the error path can never raise (problem 2) --------------------------------------------
