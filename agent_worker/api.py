@@ -209,7 +209,6 @@ class AgentWorker:
         _ref(run_id)
         check_name(name, "signal name", max_chars=s.max_signal_name_chars)
         payload = self._admit(payload, "payload")
-        _json_size(payload, "payload")
         # The same measure and limit as a tool result: the payload reaches the
         # model as one.
         size = payload_bytes(payload)

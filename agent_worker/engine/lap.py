@@ -45,7 +45,7 @@ from agent_worker.errors import (
 from agent_worker.faults import fault
 from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
-from agent_worker.redaction import Redactor
+from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import clean, reduced
 from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
@@ -150,19 +150,27 @@ def _handle_error(rt: Runtime, claim: Claim, e: Exception, redact: Redactor | No
     message, no traceback. If even that fails the lease is left to lapse and the
     sweeper re-sends the lap; the exception still never reaches the caller (the
     Celery task or ``InProcessWorker.run_until_idle``)."""
+    # Logged without tracebacks: the failure's context is ``e`` itself, whose
+    # text is neither cleaned nor redacted.
     try:
         return _record_error(rt, claim, e, _error_texts(e, redact))
     except Exception as failure:
-        log.exception("run %s lap %s: recording the error failed; recording it reduced",
-                      claim.run.id, claim.lap)
-        texts = (reduced(f"{type(e).__name__}: {admit.describe(e)}"), None)
+        log.error("run %s lap %s: recording the error failed (%s); recording it reduced",
+                  claim.run.id, claim.lap, _brief(failure))
+        texts = (_brief(e), None)
         try:
             return _record_error(rt, claim, e, texts)
-        except Exception:
-            log.exception("run %s lap %s: recording the reduced error failed too (%s); the "
-                          "lease will lapse and the sweeper re-send the lap", claim.run.id,
-                          claim.lap, reduced(admit.describe(failure)))
+        except Exception as again:
+            log.error("run %s lap %s: recording the reduced error failed too (%s); the "
+                      "lease will lapse and the sweeper re-send the lap", claim.run.id,
+                      claim.lap, _brief(again))
             return "retrying"
+
+
+def _brief(e: BaseException) -> str:
+    """Type and short message; through the default redactor, which is ours and
+    cannot be what failed (the agent's own may be)."""
+    return reduced(redact_secrets(f"{type(e).__name__}: {admit.describe(e)}"))
 
 
 def _error_texts(e: Exception, redact: Redactor | None) -> tuple[str, str | None]:
