@@ -24,7 +24,9 @@ from agent_worker.engine.compaction import Summarizer, extractive_summary
 from agent_worker.errors import UnknownAgentError
 from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.model.protocol import ModelClient
+from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.tools import Tool
+from agent_worker.untrusted import check_name
 
 ModelFactory = Callable[[], ModelClient]
 Retention = Literal["full", "shallow"]
@@ -38,6 +40,9 @@ class Agent:
     process, so clients holding sockets are never shared across fork). With
     ``compact_after`` set, once that many messages have fallen out of the
     ``window_messages`` window they are folded into a recorded summary.
+    ``redact`` rewrites every string of a tool's result and its error text
+    before they are stored or logged (``agent_worker.redaction``); ``None``
+    keeps them as the tool produced them.
     """
 
     name: str
@@ -59,6 +64,7 @@ class Agent:
     resumes: tuple[str, ...] = ()
     migrate: Callable[[Checkpoint, str], Checkpoint] | None = None
     prices: dict[str, Any] | None = None
+    redact: Redactor | None = redact_secrets
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -67,6 +73,8 @@ class Agent:
             raise ValueError(f"agent {self.name}: duplicate tool names {sorted(duplicates)}")
         if not self.name or not self.version:
             raise ValueError("an agent needs a name and a version")
+        check_name(self.name, "agent name")
+        check_name(self.version, "agent version", max_chars=50)
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or ``None`` if the model made it up."""

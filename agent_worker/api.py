@@ -9,7 +9,6 @@ raises ``InvalidInputError`` (or a subclass) before anything is written.
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from agent_worker.errors import (
 )
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
+from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from store.base import (
     TERMINAL,
     ApprovalRecord,
@@ -43,15 +43,22 @@ from store.base import (
     StoredMessage,
 )
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-
 
 def _check_id(value: str, what: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise InvalidInputError(
-            f"{what} must be 1-200 characters of letters, digits, '.', '_' or '-' "
-            f"(starting with a letter or digit); got {value!r}")
+    return check_name(value, what, max_chars=200)
+
+
+def _ref(value: str, what: str = "run", error: type[NotFoundError] = UnknownRunError) -> str:
+    """A reference to something stored. One that can never have been stored (not
+    a string, or holding U+0000 or a lone surrogate, which Postgres refuses even
+    as a query parameter) is simply not found, the same on both dialects."""
+    if not isinstance(value, str) or clean_text(value) != value:
+        raise error(f"unknown {what} {clean_text(str(value))!r}")
     return value
+
+
+def _storable(*values: str | None) -> bool:
+    return all(v is None or (isinstance(v, str) and clean_text(v) == v) for v in values)
 
 
 def _json_size(value: Any, what: str) -> int:
@@ -81,6 +88,7 @@ class AgentWorker:
         run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
         if tenant is not None:
             _check_id(tenant, "tenant")
+        input = self._admit(input, "input")
         size = _json_size(input, "input")
         if size > self.rt.settings.max_input_bytes:
             raise PayloadTooLargeError(
@@ -109,12 +117,20 @@ class AgentWorker:
         self._send_next(run)
         return run
 
+    def _admit(self, value: Any, what: str) -> Any:
+        """A caller's JSON value under the rule of ``agent_worker.untrusted``."""
+        return clean(value, max_depth=self.rt.settings.max_json_depth, what=what, strict=True)
+
+    def _principal(self, by: str) -> str:
+        """Who acts: free text (an e-mail, a service name), bounded and storable."""
+        return check_text(by, "by", max_chars=self.rt.settings.max_principal_chars)
+
     def _send_next(self, run: RunRecord) -> None:
         self.rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run's current record. Raises ``UnknownRunError``."""
-        run = self.rt.store.get_run(run_id)
+        run = self.rt.store.get_run(_ref(run_id))
         if run is None:
             raise UnknownRunError(f"unknown run {run_id!r}")
         return run
@@ -127,6 +143,8 @@ class AgentWorker:
         stale_before = (self.rt.clock.now()
                         - timedelta(seconds=self.rt.settings.stale_after_seconds)
                         if stale else None)
+        if not _storable(status, agent, agent_version, tenant):
+            return []  # nothing stored can match
         return self.rt.store.list_runs(status=status, agent=agent, agent_version=agent_version,
                                        tenant=tenant, stale_before=stale_before, limit=limit)
 
@@ -164,6 +182,11 @@ class AgentWorker:
 
     def _decide(self, ident: str, approved: bool, by: str, comment: str | None
                 ) -> ApprovalRecord:
+        by = self._principal(by)
+        if comment is not None:
+            comment = check_text(comment, "comment",
+                                 max_chars=self.rt.settings.max_approval_comment_chars)
+        _ref(ident, "approval or run", NotFoundError)
         is_run = self.rt.store.get_run(ident) is not None
         record, due = self.rt.store.decide_approval(
             None if is_run else ident, ident if is_run else None, approved=approved, by=by,
@@ -175,21 +198,34 @@ class AgentWorker:
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None
                        ) -> list[ApprovalRecord]:
         """Approvals in ``status``, oldest first (the inbox)."""
+        if not _storable(status, run_id):
+            return []  # nothing stored can match
         return self.rt.store.list_approvals(status=status, run_id=run_id)
 
     def send_signal(self, run_id: str, name: str, payload: Any = None) -> SignalRecord:
         """Store a signal durably; a run waiting for ``name`` resumes, and one
         that waits later finds it. Each signal is delivered into one lap."""
-        _json_size(payload, "payload")
-        if not name:
-            raise InvalidInputError("a signal needs a name")
-        record, due = self.rt.store.send_signal(run_id, name, payload, now=self.rt.clock.now())
+        s = self.rt.settings
+        _ref(run_id)
+        check_name(name, "signal name", max_chars=s.max_signal_name_chars)
+        payload = self._admit(payload, "payload")
+        # The same measure and limit as a tool result: the payload reaches the
+        # model as one.
+        size = payload_bytes(payload)
+        if size > s.max_tool_result_bytes:
+            raise PayloadTooLargeError(
+                f"signal payload is {size} bytes; the limit is {s.max_tool_result_bytes}")
+        record, due = self.rt.store.send_signal(run_id, name, payload, now=self.rt.clock.now(),
+                                                max_pending=s.max_pending_signals)
         if due is not None:
             self.rt.send_all([due])
         return record
 
     def cancel(self, run_id: str, *, reason: str, by: str = "api") -> RunRecord:
         """Stop the run at the next lap boundary and undo its compensatable effects."""
+        _ref(run_id)
+        reason = check_text(reason, "reason", max_chars=self.rt.settings.max_cancel_reason_chars)
+        by = self._principal(by)
         due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
                                            now=self.rt.clock.now())
         if due is not None:
@@ -198,6 +234,8 @@ class AgentWorker:
 
     def retry(self, run_id: str, *, by: str = "api") -> RunRecord:
         """Resume a failed (or attention-needing) run from its last checkpoint."""
+        _ref(run_id)
+        by = self._principal(by)
         due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
                                     from_statuses=("failed", "waiting"),
                                     event={"kind": "retried", "by": by})
@@ -206,6 +244,7 @@ class AgentWorker:
 
     def raise_budget(self, run_id: str, *, by: str = "api", **limits: Any) -> RunRecord:
         """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it."""
+        by = self._principal(by)
         run = self.get_run(run_id)
         try:
             merged = Budget.model_validate({**run.limits, **limits})
@@ -221,6 +260,14 @@ class AgentWorker:
     def resolve_effect(self, key: str, *, applied: bool, by: str, result: Any = None
                        ) -> EffectRecord:
         """A human's verdict on an effect whose outcome was unknown."""
+        _ref(key, "effect", NotFoundError)
+        by = self._principal(by)
+        result = self._admit(result, "result")
+        # It stands for the tool's result: the same measure and limit.
+        if payload_bytes(result) > self.rt.settings.max_tool_result_bytes:
+            raise PayloadTooLargeError(
+                f"result exceeds the tool-result limit of "
+                f"{self.rt.settings.max_tool_result_bytes} bytes")
         record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
                                               now=self.rt.clock.now())
         run = self.get_run(record.run_id)
@@ -232,23 +279,23 @@ class AgentWorker:
 
     def checkpoints(self, run_id: str) -> list[tuple[int, int, Any]]:
         """(lap, schema version, committed at) of each kept checkpoint."""
-        return self.rt.store.list_checkpoints(run_id)
+        return self.rt.store.list_checkpoints(_ref(run_id))
 
     def state_at(self, run_id: str, lap: int) -> Checkpoint:
         """The run's state after ``lap`` committed laps."""
-        state = self.rt.store.get_checkpoint(run_id, lap)
+        state = self.rt.store.get_checkpoint(_ref(run_id), lap)
         if state is None:
             raise NotFoundError(f"run {run_id} has no checkpoint for lap {lap}")
         return load_checkpoint(state)
 
     def messages(self, run_id: str) -> list[StoredMessage]:
-        return self.rt.store.list_messages(run_id)
+        return self.rt.store.list_messages(_ref(run_id))
 
     def effects(self, run_id: str) -> list[EffectRecord]:
-        return self.rt.store.list_effects(run_id)
+        return self.rt.store.list_effects(_ref(run_id))
 
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
-        return self.rt.store.list_events(run_id, after_id=after_id)
+        return self.rt.store.list_events(_ref(run_id), after_id=after_id)
 
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
@@ -259,6 +306,10 @@ class AgentWorker:
         base = self.state_at(run_id, lap)
         spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
         new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
+        facts = self._admit(facts, "facts")
+        if _json_size(facts, "facts") > self.rt.settings.max_input_bytes:
+            raise PayloadTooLargeError(
+                f"facts exceed the input limit of {self.rt.settings.max_input_bytes} bytes")
         now = self.rt.clock.now()
         history = self.rt.store.list_messages(run_id, end=base.message_count)
         checkpoint = base.model_copy(update={

@@ -49,6 +49,13 @@ class PayloadTooLargeError(InvalidInputError):
     code = "payload_too_large"
 
 
+class NestingTooDeepError(InvalidInputError):
+    """Raised when a JSON value nests deeper than ``max_json_depth`` (instead of a
+    ``RecursionError`` from deep inside a parser or serializer)."""
+
+    code = "nesting_too_deep"
+
+
 class InvalidStateError(AgentWorkerError):
     """Raised when an operation does not fit the run's current status."""
 
@@ -78,9 +85,17 @@ class TransientModelError(ModelError):
 
 
 class MalformedModelOutputError(ModelError):
-    """Raised when the model's response cannot be understood; retrying won't help."""
+    """Raised when the model's response cannot be understood or used. Retriable:
+    sampling again often gives a usable answer; the attempt limit bounds it."""
 
     code = "malformed_model_output"
+    retriable = True
+
+
+class ModelOutputTooLargeError(MalformedModelOutputError):
+    """Raised when the model's response exceeds ``max_model_output_bytes``."""
+
+    code = "model_output_too_large"
 
 
 class ContextLengthError(ModelError):

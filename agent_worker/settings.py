@@ -85,7 +85,26 @@ class Settings(BaseSettings):
     max_tool_result_bytes: int = Field(
         256_000,
         gt=0,
-        description="Largest tool result kept; larger ones reach the model as a tool error.",
+        description="Largest tool result or signal payload (JSON bytes). A larger tool result "
+        "reaches the model as a tool error and the ledger keeps only its size and a prefix; a "
+        "larger signal payload is refused to the sender.",
+    )
+    max_json_depth: int = Field(
+        64, ge=1, le=500, description="Deepest nesting accepted in any JSON value from outside "
+        "(run input, model tool arguments, tool results, signal payloads)."
+    )
+    max_signal_name_chars: int = Field(
+        100, ge=1, le=200, description="Longest signal name (an identifier)."
+    )
+    max_pending_signals: int = Field(
+        100, ge=1, description="Undelivered signals one run may hold; more are refused."
+    )
+    max_approval_comment_chars: int = Field(
+        4000, ge=1, description="Longest approval or rejection comment."
+    )
+    max_cancel_reason_chars: int = Field(2000, ge=1, description="Longest cancel reason.")
+    max_principal_chars: int = Field(
+        200, ge=1, le=200, description="Longest `by` (who decided, cancelled or retried)."
     )
     worker_versions: str = Field(
         "",

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, create_model
 
 from agent_worker.messages import ToolSpec
+from agent_worker.untrusted import check_name
 
 ToolKind = Literal["read", "idempotent", "compensatable", "irreversible"]
 ControlKind = Literal["sleep", "signal"]
@@ -160,7 +161,7 @@ def tool(
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        tool_name = name or f.__name__
+        tool_name = check_name(name or f.__name__, "tool name")
         args_model, wants_context = _args_model(f, tool_name)
         return Tool(
             name=tool_name,

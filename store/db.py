@@ -11,8 +11,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine tuned for short lap transactions.
 
     SQLite gets WAL and a busy timeout so the in-process
-    mode tolerates a second reader.
+    mode tolerates a second reader. ``hide_parameters``: a failed statement's
+    error (logged, and stored as a lap's error) would otherwise quote its bind
+    parameters, i.e. message bodies, tool results and whatever secrets they hold.
     """
+    kwargs.setdefault("hide_parameters", True)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from agent_worker.errors import (
     AlreadyDecidedError,
@@ -118,16 +118,31 @@ def approval_for(conn: Connection, effect_key: str) -> ApprovalRecord | None:
 
 
 def send_signal(conn: Connection, run_id: str, name: str, payload: Any, *,
-                now: datetime) -> tuple[SignalRecord, DueLap | None]:
+                now: datetime, max_pending: int | None = None
+                ) -> tuple[SignalRecord, DueLap | None]:
     run = require_run(conn, run_id)
     if run.status in TERMINAL:
         raise InvalidStateError(f"run {run_id} is {run.status}; it takes no more signals")
+    if max_pending is not None:
+        _check_pending(conn, run_id, max_pending)
     row = conn.execute(
         insert(signals).values(run_id=run_id, name=name, payload=payload, created_at=now)
         .returning(*signals.c)
     ).one()
     record_event_tx(conn, run_id, None, "signal_received", {"name": name, "id": row.id}, now)
     return to_signal(row), wake(conn, run_id, now=now, waiting_for=f"signal:{name}")
+
+
+def _check_pending(conn: Connection, run_id: str, limit: int) -> None:
+    """Refuse a signal past ``limit`` undelivered ones: a sender in a loop must
+    not grow a run without bound. The run row is locked first (a no-op update),
+    so two senders racing for the last slot cannot both pass the count."""
+    conn.execute(update(runs).where(runs.c.id == run_id).values(id=runs.c.id))
+    waiting = conn.execute(select(func.count()).select_from(signals).where(
+        signals.c.run_id == run_id, signals.c.delivered_lap.is_(None))).scalar_one()
+    if waiting >= limit:
+        raise InvalidStateError(
+            f"run {run_id} already holds {waiting} undelivered signals (limit {limit})")
 
 
 def pending_signals(conn: Connection, run_id: str, name: str) -> list[SignalRecord]:

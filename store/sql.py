@@ -426,9 +426,10 @@ class SqlStore:
     def approval_for(self, effect_key: str) -> ApprovalRecord | None:
         return self._read(lambda c: pauses.approval_for(c, effect_key))
 
-    def send_signal(self, run_id: str, name: str, payload: Any, *,
-                    now: datetime) -> tuple[SignalRecord, DueLap | None]:
-        return self._tx(lambda c: pauses.send_signal(c, run_id, name, payload, now=now))
+    def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
+                    max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]:
+        return self._tx(lambda c: pauses.send_signal(c, run_id, name, payload, now=now,
+                                                     max_pending=max_pending))
 
     def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]:
         return self._read(lambda c: pauses.pending_signals(c, run_id, name))

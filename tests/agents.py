@@ -324,3 +324,27 @@ def _anthropic() -> Any:
 # Real provider clients against the loopback fake server (tests/integration/test_providers.py).
 register(Agent(name="openai-agent", model=_openai, tools=[step], window_messages=200))
 register(Agent(name="anthropic-agent", model=_anthropic, tools=[step], window_messages=200))
+
+
+# --- issue 13: hostile payloads through real workers ----------------------------------
+
+
+@tool(kind="idempotent")
+def pay_noisy(order_id: str, amount_cents: int, ctx: ToolContext) -> str:
+    """Pays, then answers like a binary-ish vendor: U+0000 and a lone surrogate
+    in the text (Postgres can hold neither)."""
+    with _vendor() as v:
+        paid = v.refund(order_id, amount_cents, idempotency_key=ctx.idempotency_key)
+    return f"refund {paid['id']}\x00 of {amount_cents} \udc80ok"
+
+
+def _noisy(r: ModelRequest) -> ModelResponse:
+    n = int(params(r).get("payments", 2))
+    if r.lap > n:
+        return turn(json.dumps({"paid": n}))
+    return turn(f"payment {r.lap}\x00", [("pay_noisy", {"order_id": f"o{r.lap}\x00",
+                                                       "amount_cents": 1000})])
+
+
+register(Agent(name="noisy-payments", model=lambda: ScriptedModel(_noisy), tools=[pay_noisy],
+               window_messages=2000))

@@ -31,8 +31,8 @@ from typing import Annotated, Any, NoReturn
 import click
 import typer
 from pydantic import BaseModel
-from rich.console import Console
 
+from agent_worker.cli.terminal import SafeConsole, strip_terminal
 from agent_worker.errors import (
     AgentWorkerError,
     InvalidInputError,
@@ -60,8 +60,8 @@ ByOpt = Annotated[str, typer.Option("--by", default_factory=default_by, show_def
                                     help="Who is acting (recorded in the audit log).")]
 
 # Piped output is for grep and less, not an 80-column terminal: don't wrap tables.
-console = Console(highlight=False,
-                  width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
+console = SafeConsole(highlight=False,
+                      width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
 
 
 class CliFailure(Exception):
@@ -133,6 +133,8 @@ def parse_json_arg(raw: str | None, what: str) -> Any:
         return json.loads(text)
     except ValueError as e:
         raise CliFailure(BAD_INPUT, "invalid_input", f"{what} is not valid JSON: {e}") from e
+    except RecursionError as e:  # the parser's own limit, far past max_json_depth
+        raise CliFailure(BAD_INPUT, "nesting_too_deep", f"{what} nests too deeply") from e
 
 
 def now() -> datetime:
@@ -206,7 +208,7 @@ def _is_usage_error(e: BaseException) -> bool:
 def report(exit_code: int, code: str, message: str, *, as_json: bool = False) -> int:
     """Write the single error line (a JSON object with ``as_json``: scripts that
     asked for ``--json`` parse errors too) and hand back the exit code."""
-    line = " ".join(str(message).split())
+    line = " ".join(strip_terminal(str(message)).split())
     if len(line) > 2000:
         line = line[:1997] + "..."
     if as_json:

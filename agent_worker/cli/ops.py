@@ -54,7 +54,7 @@ def db_upgrade(
     upgrade(url, revision)
     from alembic.runtime.migration import MigrationContext
 
-    engine = create_engine(url)
+    engine = create_engine(url, hide_parameters=True)
     try:
         with engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()

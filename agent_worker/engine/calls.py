@@ -18,11 +18,13 @@ from pydantic import BaseModel, ValidationError
 from agent_worker.agent import Agent
 from agent_worker.checkpoint import PendingCall
 from agent_worker.constants import effect_key
-from agent_worker.errors import IdempotencyConflictError, ToolError
+from agent_worker.engine import admit
+from agent_worker.errors import IdempotencyConflictError, InvalidInputError, ToolError
 from agent_worker.faults import fault
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.tools import Tool, ToolContext
+from agent_worker.untrusted import check_name
 from store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 
 
@@ -74,6 +76,9 @@ class CallRunner:
             names = ", ".join(t.name for t in self.agent.tools) or "none"
             return _result(pc, f"Unknown tool {pc.call.name!r}. Available tools: {names}.",
                            error=True)
+        refused = admit.refusal(pc.call.arguments)
+        if refused is not None:
+            return _result(pc, f"Invalid arguments for {tool.name}: {refused}", error=True)
         try:
             args = tool.validate(pc.call.arguments)
         except ValidationError as e:
@@ -120,6 +125,10 @@ class CallRunner:
 
     def _signal(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
         name = str(args.model_dump()["name"])
+        try:
+            check_name(name, "signal name", max_chars=self.rt.settings.max_signal_name_chars)
+        except InvalidInputError as e:
+            return _result(pc, str(e), error=True)
         now = self.rt.clock.now()
         pending = [s for s in self.rt.store.pending_signals(self.run_id, name)
                    if s.id not in self._taken]
@@ -165,17 +174,24 @@ class CallRunner:
     def _invoke_read(self, pc: PendingCall, tool: Tool, args: BaseModel,
                      ctx: ToolContext) -> Done:
         try:
-            return self._sized(pc, tool.invoke(args, ctx))
+            return self._sized(pc, self._admit(tool.invoke(args, ctx)))
         except ToolError as e:
-            return _result(pc, str(e), error=True)
+            return _result(pc, self._error_text(e), error=True)
+
+    def _admit(self, value: Any) -> Any:
+        """What the ledger keeps of a tool's value (``engine.admit``)."""
+        return admit.tool_result(value, self.rt.settings, self.agent.redact)
+
+    def _error_text(self, e: BaseException) -> str:
+        return admit.error_text(e, self.rt.settings, self.agent.redact)
 
     def _sized(self, pc: PendingCall, value: Any) -> Done:
-        done = _result(pc, value)
-        limit = self.rt.settings.max_tool_result_bytes
-        if len(done.message.content) > limit:
-            return _result(pc, f"Tool result too large ({len(done.message.content)} bytes; "
-                               f"limit {limit}). Ask for less.", error=True)
-        return done
+        """The model's view of an admitted value: a refused one (too large or
+        too deep, now or when it was first recorded) is a tool error."""
+        refused = admit.refusal(value)
+        if refused is not None:
+            return _result(pc, refused, error=True)
+        return _result(pc, value)
 
     def _invoke_journaled(self, pc: PendingCall, tool: Tool, args: BaseModel,
                           ctx: ToolContext) -> Done | Pause:
@@ -203,14 +219,16 @@ class CallRunner:
     def _replay(self, pc: PendingCall, tool: Tool, args: BaseModel, ctx: ToolContext,
                 row: EffectRecord) -> Done | Pause:
         if row.status in ("applied", "compensated"):
-            return self._sized(pc, row.result)
+            # Admitted again: a row written before results were bounded may be large.
+            return self._sized(pc, self._admit(row.result))
         if row.status == "failed":
             return _result(pc, row.error or "failed", error=True)
         if row.status == "pending" and tool.lookup_fn is not None:
             found = tool.lookup_fn(row.key)
             if found is not None:
-                self._finish(row.key, "applied", found)
-                return self._sized(pc, found)
+                kept = self._admit(found)
+                self._finish(row.key, "applied", kept)
+                return self._sized(pc, kept)
             return self._call(pc, tool, args, ctx)
         if row.status == "pending" and tool.kind == "idempotent":
             return self._call(pc, tool, args, ctx)
@@ -224,12 +242,14 @@ class CallRunner:
         try:
             value = tool.invoke(args, ctx)
         except ToolError as e:
-            self._finish(ctx.idempotency_key, "failed", None, error=str(e))
-            return _result(pc, str(e), error=True)
+            error = self._error_text(e)
+            self._finish(ctx.idempotency_key, "failed", None, error=error)
+            return _result(pc, error, error=True)
         fault("after_apply", scope=tool.name)
-        self._finish(ctx.idempotency_key, "applied", value)
+        kept = self._admit(value)
+        self._finish(ctx.idempotency_key, "applied", kept)
         fault("after_outcome", scope=tool.name)
-        return self._sized(pc, value)
+        return self._sized(pc, kept)
 
     def _finish(self, key: str, status: str, result: Any, error: str | None = None) -> None:
         self.rt.store.finish_effect(key, status=status, result=_jsonable(result), error=error,

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from agent_worker.messages import Message
+from agent_worker.untrusted import clean_text
 
 Summarizer = Callable[[str | None, Sequence[Message]], str]
 SUMMARY_LIMIT = 4000
@@ -50,9 +51,10 @@ def extractive_summary(previous: str | None, messages: Sequence[Message]) -> str
 
 
 def summary_message(text: str, end: int) -> Message:
-    """The stored form of a summary covering messages ``[0, end)``."""
+    """The stored form of a summary covering messages ``[0, end)``; a custom
+    summariser may call a model, so its text is untrusted too."""
     return Message(role="user", content=f"[Summary of the conversation before message {end}]\n"
-                   + text, meta={"summary_of": [0, end]})
+                   + clean_text(text), meta={"summary_of": [0, end]})
 
 
 def summary_end(message: Message) -> int:

@@ -27,6 +27,7 @@ from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
+from agent_worker.engine import admit
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
@@ -38,13 +39,15 @@ from agent_worker.errors import (
     CheckpointVersionError,
     LapFailedError,
     LeaseLost,
-    PayloadTooLargeError,
+    NestingTooDeepError,
     RunCancelled,
 )
 from agent_worker.faults import fault
 from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
+from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
+from agent_worker.untrusted import clean, reduced
 from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
@@ -105,7 +108,7 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
                      {"kind": "cancel_seen"}, fence_cancel=False)
             return "retrying"
         except Exception as e:
-            return _handle_error(rt, claim, e)
+            return _handle_error(rt, claim, e, agent.redact)
 
 
 def _window_size(rt: Runtime) -> int:
@@ -140,14 +143,52 @@ def _resend_orphan(rt: Runtime, claim: Claim) -> RunRecord | None:
     return run
 
 
-def _handle_error(rt: Runtime, claim: Claim, e: Exception) -> Outcome:
-    detail = "".join(traceback.format_exception(e))
+def _handle_error(rt: Runtime, claim: Claim, e: Exception, redact: Redactor | None) -> Outcome:
+    """Record ``e`` and release the lease; never raises. If recording fails
+    (a database error on the text, a hostile ``__str__``, the redactor itself),
+    the error is recorded again in a reduced form: its code and a short cleaned
+    message, no traceback. If even that fails the lease is left to lapse and the
+    sweeper re-sends the lap; the exception still never reaches the caller (the
+    Celery task or ``InProcessWorker.run_until_idle``)."""
+    # Logged without tracebacks: the failure's context is ``e`` itself, whose
+    # text is neither cleaned nor redacted.
+    try:
+        return _record_error(rt, claim, e, _error_texts(e, redact))
+    except Exception as failure:
+        log.error("run %s lap %s: recording the error failed (%s); recording it reduced",
+                  claim.run.id, claim.lap, _brief(failure))
+        texts = (_brief(e), None)
+        try:
+            return _record_error(rt, claim, e, texts)
+        except Exception as again:
+            log.error("run %s lap %s: recording the reduced error failed too (%s); the "
+                      "lease will lapse and the sweeper re-send the lap", claim.run.id,
+                      claim.lap, _brief(again))
+            return "retrying"
+
+
+def _brief(e: BaseException) -> str:
+    """Type and short message; through the default redactor, which is ours and
+    cannot be what failed (the agent's own may be)."""
+    return reduced(redact_secrets(f"{type(e).__name__}: {admit.describe(e)}"))
+
+
+def _error_texts(e: Exception, redact: Redactor | None) -> tuple[str, str | None]:
+    """(message, detail) of ``e`` as stored: cleaned and redacted."""
+    texts = [admit.describe(e), "".join(traceback.format_exception(e))]
+    message, detail = clean(texts, max_depth=1, redact=redact)
+    return reduced(str(message), 4000), reduced(str(detail), 20_000)
+
+
+def _record_error(rt: Runtime, claim: Claim, e: Exception,
+                  texts: tuple[str, str | None]) -> Outcome:
+    message, detail = texts
     code = e.code if isinstance(e, AgentWorkerError) else "lap_error"
     retriable = not isinstance(e, AgentWorkerError) or e.retriable
     if isinstance(e, CheckpointVersionError):
         _release(rt, claim, RunUpdate(status="waiting", waiting_for="attention", error_code=code,
-                                      error_message=str(e), error_detail=detail),
-                 {"kind": "needs_attention", "error": str(e)})
+                                      error_message=message, error_detail=detail),
+                 {"kind": "needs_attention", "error": message})
         return "paused"
     # Failing while compensating (the run is ending): retry with backoff, keeping the
     # error that ended the run; when out of attempts, stop for good instead of
@@ -160,28 +201,29 @@ def _handle_error(rt: Runtime, claim: Claim, e: Exception) -> Outcome:
                     s.retry_backoff_max_seconds)
         delay *= 1 + random.random() / 4
         log.warning("run %s lap %s attempt %s failed (%s); retrying in %.1fs", run.id,
-                    claim.lap, run.lap_attempts, e, delay)
+                    claim.lap, run.lap_attempts, reduced(message), delay)
         kept = ((run.error_code, run.error_message, run.error_detail) if ending
-                else (code, str(e), detail))
+                else (code, message, detail))
         _release(rt, claim, RunUpdate(
             status="queued", wake_at=rt.clock.now() + timedelta(seconds=delay),
             error_code=kept[0], error_message=kept[1], error_detail=kept[2]),
-            {"kind": "retry", "attempt": run.lap_attempts, "error": str(e)[:500]},
+            {"kind": "retry", "attempt": run.lap_attempts, "error": message[:500]},
             fence_cancel=not ending)
         return "retrying"
     if ending:
-        log.error("run %s: compensation failed for good: %s", run.id, e)
+        log.error("run %s: compensation failed for good: %s", run.id, reduced(message))
         _release(rt, claim, RunUpdate(
             status="failed", error_code="compensation_failed",
-            error_message=f"compensation failed: {e} (the run was ending because: "
+            error_message=f"compensation failed: {message} (the run was ending because: "
                           f"{run.error_message or run.cancel_reason})", error_detail=detail),
-            {"kind": "finished", "status": "failed", "error": str(e)[:500]},
+            {"kind": "finished", "status": "failed", "error": message[:500]},
             fence_cancel=False)
         return "failed"
-    log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap, e)
+    log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap,
+              reduced(message))
     _release(rt, claim, RunUpdate(status="queued", ending="failed", enqueue=True,
-                                  error_code=code, error_message=str(e), error_detail=detail),
-             {"kind": "failing", "error": str(e)[:500], "code": code}, reset_attempts=True)
+                                  error_code=code, error_message=message, error_detail=detail),
+             {"kind": "failing", "error": message[:500], "code": code}, reset_attempts=True)
     return "failed"
 
 
@@ -305,14 +347,9 @@ class _Lap:
                 return stored.message
         key = model_key(claim.run.id, claim.lap)
         request = build_request(self.agent, claim.run.id, claim.lap, ckpt, claim.window, key)
-        response = self.agent.client().complete(request)
-        size = len(response.model_dump_json())
-        if size > self.rt.settings.max_model_output_bytes:
-            raise PayloadTooLargeError(
-                f"model output of {size} bytes exceeds the limit of "
-                f"{self.rt.settings.max_model_output_bytes}")
-        if response.message.role != "assistant":
-            raise PayloadTooLargeError("model returned a non-assistant message")
+        # Admitted before journaling: a replay reads back exactly what this
+        # attempt acts on (tool arguments, hence effect keys' argument hashes).
+        response = admit.model_output(self.agent.client().complete(request), self.rt.settings)
         message = response.message.model_copy(update={"meta": {
             "usage": response.usage.model_dump(), "model": response.model,
             "stop_reason": response.stop_reason, "key": key}})
@@ -347,7 +384,8 @@ class _Lap:
             return RunUpdate(status=pause.status, wake_at=pause.wake_at,
                              waiting_for=pause.waiting_for)
         if assistant is not None and not calls:
-            return RunUpdate(status="succeeded", result=_final_result(assistant.content))
+            return RunUpdate(status="succeeded", result=_final_result(
+                assistant.content, self.rt.settings.max_json_depth))
         return RunUpdate(status="queued", enqueue=True)
 
     def _hold_for_effect(self, pause: Pause) -> Outcome:
@@ -383,13 +421,15 @@ class _Lap:
         return self.agent.migrate(ckpt, ckpt.agent_version)
 
 
-def _final_result(text: str) -> Any:
-    """The final answer: parsed if the model answered in JSON, else the text."""
+def _final_result(text: str, max_depth: int) -> Any:
+    """The final answer: parsed if the model answered in JSON, else the text.
+    Parsing can bring back what the text only spelled (``"\\u0000"``), so the
+    parsed value is cleaned too; one nested too deep stays text."""
     try:
         value: Any = json.loads(text)
-    except (TypeError, ValueError):
+        return clean(value, max_depth=max_depth, what="result")
+    except (TypeError, ValueError, RecursionError, NestingTooDeepError):
         return text
-    return value
 
 
 __all__ = ["run_lap"]

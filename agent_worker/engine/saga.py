@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agent_worker.agent import Agent
 from agent_worker.constants import compensation_key
+from agent_worker.engine import admit
 from agent_worker.errors import CompensationError
 from agent_worker.faults import fault
 from agent_worker.runtime import Runtime
@@ -40,7 +41,9 @@ def compensate(rt: Runtime, agent: Agent, run_id: str, tenant: str | None,
             fault("in_compensation", scope=tool.name)
             ctx = ToolContext(run_id=run_id, lap=effect.lap, call_index=effect.call_index,
                               idempotency_key=key, tenant=tenant)
-            result = tool.compensate_fn(effect.args, effect.result, ctx)
+            # Untrusted like any tool output (engine.admit): cleaned, redacted, bounded.
+            result = admit.tool_result(tool.compensate_fn(effect.args, effect.result, ctx),
+                                       rt.settings, agent.redact)
             now = rt.clock.now()
             rt.store.finish_effect(key, status="applied", result=result, error=None, now=now)
         rt.store.finish_effect(effect.key, status="compensated", result=None, error=None,

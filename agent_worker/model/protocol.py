@@ -13,8 +13,9 @@ class ModelClient(Protocol):
 
     Implementations raise ``TransientModelError`` for failures worth retrying
     (the engine retries the lap with backoff), ``MalformedModelOutputError`` when
-    the response cannot be parsed, ``ContextLengthError`` when the window is too
-    long, and ``ModelRefusalError`` when the provider refuses. Any other
+    the response cannot be parsed (also retried, up to the attempt limit),
+    ``ContextLengthError`` when the window is too long, and ``ModelRefusalError``
+    when the provider refuses. Any other
     exception is treated as transient.
     """
 

@@ -67,23 +67,34 @@ def test_unknown_tool_and_invalid_arguments_go_back_to_the_model(
     assert not results[2].is_error and results[2].content == "3"
 
 
-def test_malformed_model_output_fails_the_run_without_retrying(
-        worker: InProcessWorker) -> None:
+def test_malformed_model_output_is_retried_then_fails(worker: InProcessWorker) -> None:
     model = ScriptedModel(lambda r: (_ for _ in ()).throw(MalformedModelOutputError("bad json")))
     register(Agent(name="t-malformed", model=model))
     run = worker.start_run("t-malformed", "go")
     worker.run_until_idle()
     done = worker.get_run(run.id)
     assert done.status == "failed" and done.error_code == "malformed_model_output"
-    assert model.calls == 1
+    assert model.calls == 3  # max_lap_attempts: sampling again may give a usable answer
+    assert [e.kind for e in worker.events(run.id)].count("retry") == 2
 
 
-def test_oversized_model_output_fails_clearly(worker: InProcessWorker) -> None:
-    _agent("t-huge", lambda r: turn("x" * 300_000))
+def test_oversized_model_output_is_retried_not_failed_at_once(worker: InProcessWorker) -> None:
+    answers = iter(["x" * 300_000, "fine"])
+    model = ScriptedModel(lambda r: turn(next(answers)))
+    register(Agent(name="t-huge", model=model))
     run = worker.start_run("t-huge", "go")
     worker.run_until_idle()
     done = worker.get_run(run.id)
-    assert done.status == "failed" and done.error_code == "payload_too_large"
+    assert done.status == "succeeded" and done.result == "fine" and model.calls == 2
+    assert [e.kind for e in worker.events(run.id)].count("retry") == 1
+
+
+def test_oversized_model_output_fails_after_the_attempt_limit(worker: InProcessWorker) -> None:
+    _agent("t-huge-always", lambda r: turn("x" * 300_000))
+    run = worker.start_run("t-huge-always", "go")
+    worker.run_until_idle()
+    done = worker.get_run(run.id)
+    assert done.status == "failed" and done.error_code == "model_output_too_large"
     assert [c[0] for c in worker.checkpoints(run.id)] == [0]
 
 

@@ -175,3 +175,55 @@ def test_lap_commit_restores_a_journal_lost_in_a_crash(store: SqlStore) -> None:
             update=RunUpdate(status="queued"), usage=(1, 0, 0, 0), event={}, now=NOW))
         stored = store.list_messages(rid)
         assert [(m.seq, m.message.content) for m in stored] == [(0, "hi"), (1, "plan"), (2, "42")]
+
+
+# Everything the untrusted-text rule keeps (agent_worker.untrusted): both stores must
+# hand it back byte for byte, in text columns and in JSON, keys included.
+KEPT = ("esc\x1b[2J\x1b]0;t\x07 cr\r tab\t nl\n del\x7f c1\x9b rtl\u200f\u202e emoji\U0001f600 "
+        "gothic\U00010348 repl\ufffd quote\" back\\ spelled\\u0000")
+
+
+def test_text_the_rule_keeps_round_trips_byte_for_byte(store: SqlStore) -> None:
+    from agent_worker.messages import ToolCall
+
+    rid = _uid("r")
+    store.create_run(NewRun(
+        id=rid, tenant="t1", agent_name="a", agent_version="1", input={f"k{KEPT}": KEPT},
+        limits={}, retention="full", checkpoint={"schema_version": 2, "message_count": 1},
+        schema_version=2, messages=[Message(role="user", content=KEPT)], now=NOW))
+    assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
+    model = Message(role="assistant", content=KEPT,
+                    tool_calls=(ToolCall(id="c0", name="t", arguments={KEPT: [KEPT]}),))
+    store.journal_model_output(rid, 1, owner="a", seq=1, message=model, now=NOW)
+    key = f"{rid}:1:0"
+    store.begin_effect(EffectIntent(key=key, run_id=rid, lap=1, call_index=0, tool_name="t",
+                                    tool_version="1", kind="idempotent", args_hash="h",
+                                    args={KEPT: KEPT}), owner="a", now=NOW)
+    store.finish_effect(key, status="applied", result={KEPT: KEPT}, error=KEPT, now=NOW)
+    tool_message = Message(role="tool", content=KEPT, tool_call_id="c0", name="t")
+    assert store.commit_lap(LapCommit(
+        run_id=rid, lap=1, owner="a", messages=[(1, model), (2, tool_message)],
+        checkpoint={"schema_version": 2, "message_count": 3, "facts": {KEPT: KEPT}},
+        schema_version=2, update=RunUpdate(status="succeeded", result={KEPT: KEPT},
+                                           error_message=KEPT, error_detail=KEPT),
+        usage=(1, 0, 0, 0), event={KEPT: KEPT}, now=NOW))
+    assert [m.message for m in store.list_messages(rid)] == [
+        Message(role="user", content=KEPT), model, tool_message]
+    [effect] = store.list_effects(rid)
+    assert (effect.args, effect.result, effect.error) == ({KEPT: KEPT}, {KEPT: KEPT}, KEPT)
+    run = store.get_run(rid)
+    assert run is not None and run.input == {f"k{KEPT}": KEPT}
+    assert (run.result, run.error_message, run.error_detail) == ({KEPT: KEPT}, KEPT, KEPT)
+    assert store.get_checkpoint(rid, 1) == {"schema_version": 2, "message_count": 3,
+                                            "facts": {KEPT: KEPT}}
+    assert [e.data for e in store.list_events(rid) if e.kind == "lap_committed"] == [
+        {KEPT: KEPT}]
+
+    other = _uid("r")
+    store.create_run(_new(other))
+    store.send_signal(other, "s", {KEPT: KEPT}, now=NOW)
+    assert [s.payload for s in store.pending_signals(other, "s")] == [{KEPT: KEPT}]
+    store.request_cancel(other, reason=KEPT, by=KEPT, now=NOW)
+    cancelled = store.get_run(other)
+    assert cancelled is not None
+    assert (cancelled.cancel_reason, cancelled.cancelled_by) == (KEPT, KEPT)
