@@ -278,9 +278,8 @@ class AgentWorker:
     def sweep(self) -> int:
         """One sweeper pass; returns how many laps it sent."""
         s = self.rt.settings
-        now = self.rt.clock.now()
-        due = self.rt.store.sweep(now=now, overdue_before=now - timedelta(
-            seconds=s.queued_overdue_seconds))
+        due = self.rt.store.sweep(now=self.rt.clock.now(), handoff_seconds=s.lease_ttl_seconds,
+                                  resend_max_seconds=s.queued_overdue_seconds)
         self.rt.send_all(due)
         return len(due)
 

@@ -4,7 +4,7 @@ mode) and Postgres (production). Pure store behaviour, no workers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +29,19 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     s = SqlStore(url)
     yield s
     s.dispose()
+
+
+@pytest.fixture
+def travel(store: SqlStore, request: pytest.FixtureRequest) -> Callable[[float], datetime]:
+    """Let ``seconds`` pass on the store's clock; returns the caller's ``now``
+    then. SQLite's clock is the caller's (store.dbtime); Postgres keeps its own,
+    which the test database lets us move."""
+    def go(seconds: float) -> datetime:
+        if store.engine.dialect.name == "postgresql":
+            request.getfixturevalue("db_clock").advance(seconds=seconds)
+        return NOW + timedelta(seconds=seconds)
+
+    return go
 
 
 def _new(run_id: str, now: datetime = NOW) -> NewRun:
@@ -73,11 +86,12 @@ def test_claim_is_exclusive_while_lease_lives(store: SqlStore) -> None:
     assert [m.message.content for m in a.window] == ["hi"]
 
 
-def test_stale_owner_cannot_commit_after_lease_is_taken(store: SqlStore) -> None:
+def test_stale_owner_cannot_commit_after_lease_is_taken(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid = _uid("r")
     store.create_run(_new(rid))
     assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=1, window_messages=10)
-    later = NOW + timedelta(seconds=5)
+    later = travel(5)
     assert store.claim(rid, 1, owner="b", now=later, lease_seconds=10, window_messages=10)
     assert _commit(store, rid, 1, "a", 1) is False
     assert _commit(store, rid, 1, "b", 1) is True
@@ -136,18 +150,20 @@ def test_effect_intent_refuses_other_arguments(store: SqlStore) -> None:
     assert effect.status == "applied" and effect.result == {"ok": True}
 
 
-def test_sweeper_recovers_expired_lease_and_overdue_queue(store: SqlStore) -> None:
+def test_sweeper_recovers_expired_lease_and_overdue_queue(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid, rid2 = _uid("dead"), _uid("lost")
     store.create_run(_new(rid))
     store.create_run(_new(rid2))
     assert store.claim(rid, 1, owner="dead", now=NOW, lease_seconds=1, window_messages=10)
-    later = NOW + timedelta(seconds=120)
-    due = {d.run_id for d in store.sweep(now=later, overdue_before=later - timedelta(seconds=60))}
+    later = travel(120)
+    store.heartbeat("w1", [("a", "1")], now=later)
+    due = {d.run_id for d in store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)}
     assert {rid, rid2} <= due
     run = store.get_run(rid)
     assert run is not None and run.status == "queued" and run.recoveries == 1
     # A second sweep right after finds nothing new: sent laps are marked sent.
-    again = store.sweep(now=later, overdue_before=later - timedelta(seconds=60))
+    again = store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)
     assert not {rid, rid2} & {d.run_id for d in again}
 
 
