@@ -22,7 +22,9 @@ import redis
 from agent_worker.agent import register, registry
 from agent_worker.api import AgentWorker
 from agent_worker.demo.vendor import VendorProcess, start_vendor
+from agent_worker.metrics import registry_for
 from agent_worker.settings import Settings
+from store.sql import SqlStore
 from tasks.routing import lap_queue
 from tests.agents import OffsetClock
 from tests.conftest import DatabaseClock
@@ -92,7 +94,8 @@ def test_a_lap_lost_between_commit_and_send_is_resent_after_the_lease_ttl(
 def test_sweeps_never_grow_the_queue_of_a_version_nobody_serves(
         aw: AgentWorker, tmp_path: Path, db_clock: DatabaseClock, broker_url: str) -> None:
     """200 runs of a version no worker serves, 30 simulated minutes of sweeps
-    (one every 30 s): the queue holds the 200 first sends and nothing more."""
+    (one every 30 s): the queue holds the 200 first sends and nothing more, and
+    the metrics say these runs wait for a worker."""
     clock = OffsetClock(tmp_path / "clock")
     aw.rt.clock = clock
     queue = lap_queue(UNSERVED.name, UNSERVED.version)
@@ -109,5 +112,10 @@ def test_sweeps_never_grow_the_queue_of_a_version_nobody_serves(
     assert sent == 0 and r.llen(queue) == 200
     assert Counter(run.status for run in aw.list_runs(agent=UNSERVED.name,
                                                       limit=500)) == {"queued": 200}
+    # ...and the exporter says who is waiting for a worker (the alert's input).
+    assert isinstance(aw.rt.store, SqlStore)
+    scrape = registry_for(aw.rt.store, aw.rt.settings)
+    assert scrape.get_sample_value("agent_worker_unserved_runs", {
+        "agent": UNSERVED.name, "version": UNSERVED.version}) == 200
     r.delete(queue)
     r.close()

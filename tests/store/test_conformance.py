@@ -3,6 +3,7 @@ mode) and Postgres (production). Pure store behaviour, no workers."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -33,13 +34,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
 
 @pytest.fixture
 def travel(store: SqlStore, request: pytest.FixtureRequest) -> Callable[[float], datetime]:
-    """Let ``seconds`` pass on the store's clock; returns the caller's ``now``
-    then. SQLite's clock is the caller's (store.dbtime); Postgres keeps its own,
+    """Let ``seconds`` more pass on the store's clock; returns the caller's
+    ``now`` then. SQLite's clock is the caller's (store.dbtime); Postgres keeps its own,
     which the test database lets us move."""
+    passed = [0.0]
+
     def go(seconds: float) -> datetime:
         if store.engine.dialect.name == "postgresql":
             request.getfixturevalue("db_clock").advance(seconds=seconds)
-        return NOW + timedelta(seconds=seconds)
+        passed[0] += seconds
+        return NOW + timedelta(seconds=passed[0])
 
     return go
 
@@ -191,3 +195,39 @@ def test_lap_commit_restores_a_journal_lost_in_a_crash(store: SqlStore) -> None:
             update=RunUpdate(status="queued"), usage=(1, 0, 0, 0), event={}, now=NOW))
         stored = store.list_messages(rid)
         assert [(m.seq, m.message.content) for m in stored] == [(0, "hi"), (1, "plan"), (2, "42")]
+
+
+def test_unclaimed_hand_off_is_resent_after_the_lease_ttl_then_backs_off(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+    """A queued lap nobody claims is re-sent one lease TTL (10 s) after its
+    send, then at doubling intervals capped at 60 s: not once per sweep."""
+    rid = _uid("handoff")
+    store.create_run(_new(rid))
+    resent_at: list[int] = []
+    for second in range(1, 181):
+        now = travel(1)
+        store.heartbeat("w1", [("a", "1")], now=now)
+        if rid in {d.run_id for d in store.sweep(now=now, handoff_seconds=10,
+                                                 resend_max_seconds=60)}:
+            resent_at.append(second)
+    # Each gap is the hand-off's age at the last re-send (doubling), capped at
+    # 60 s; a sweep sees an expiry one tick after it passes, and Postgres' clock
+    # also moves by the test's own run time (about a second).
+    gaps = [b - a for a, b in itertools.pairwise(resent_at)]
+    assert resent_at[0] in (10, 11) and len(gaps) == 4, resent_at
+    assert all(want - 3 <= gap <= want * 1.1 + 1
+               for gap, want in zip(gaps, [11, 22, 44, 60], strict=True)), gaps
+
+
+def test_sweeper_sends_nothing_to_a_version_no_live_worker_serves(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+    rid = _uid("unserved")
+    store.create_run(_new(rid))
+    store.heartbeat("w1", [("a", "2")], now=travel(0))
+    assert store.sweep(now=travel(120), handoff_seconds=10, resend_max_seconds=60) == []
+    store.heartbeat("w2", [("a", "1")], now=travel(0))
+    assert [d.run_id for d in store.sweep(now=travel(0), handoff_seconds=10,
+                                          resend_max_seconds=60)] == [rid]
+    # A worker silent for longer than its heartbeat TTL no longer counts.
+    later = travel(600)
+    assert store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60) == []

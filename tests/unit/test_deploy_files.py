@@ -63,6 +63,7 @@ ALERT_METRICS = [
     'agent_worker_runs{status="failed"}',
     "agent_worker_run_budget_exceeded_total",
     "agent_worker_pending_approvals_oldest_age_seconds",
+    "agent_worker_unserved_runs",
 ]
 UNITS = [
     "agent-worker-worker@.service",
@@ -557,6 +558,9 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"series": "agent_worker_run_budget_exceeded_total", "values": "0x10 1x50"},
             # Oldest approval ages 10 minutes per minute: past 4 h at minute 25.
             {"series": "agent_worker_pending_approvals_oldest_age_seconds", "values": "0+600x60"},
+            # 40 runs of a retired version wait from minute 5 on.
+            {"series": 'agent_worker_unserved_runs{agent="a",version="1"}',
+             "values": "0x5 40x55"},
         ],
         "alert_rule_test": [
             quiet("AgentWorkerStaleRuns", "5m"),
@@ -567,6 +571,10 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             quiet("AgentWorkerApprovalWaitingLong", "20m"),
             fires("AgentWorkerApprovalWaitingLong", "35m", "info"),
             quiet("AgentWorkerMetricsAbsent", "30m"),
+            quiet("AgentWorkerVersionUnserved", "10m"),
+            {"eval_time": "20m", "alertname": "AgentWorkerVersionUnserved",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "agent": "a",
+                                            "version": "1"}}]},
         ],
     }
     healthy = {
@@ -576,6 +584,7 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"series": 'agent_worker_runs{status="failed"}', "values": "7x60"},
             {"series": "agent_worker_run_budget_exceeded_total", "values": "3x60"},
             {"series": "agent_worker_pending_approvals_oldest_age_seconds", "values": "60x60"},
+            {"series": 'agent_worker_unserved_runs{agent="a",version="1"}', "values": "0x60"},
         ],
         "alert_rule_test": [
             quiet(name, "40m")
@@ -585,6 +594,7 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
                 "AgentWorkerRunBudgetExceeded",
                 "AgentWorkerApprovalWaitingLong",
                 "AgentWorkerMetricsAbsent",
+                "AgentWorkerVersionUnserved",
             )
         ],
     }
