@@ -21,6 +21,7 @@ from __future__ import annotations
 import configparser
 import importlib.util
 import json
+import os
 import re
 import shlex
 import shutil
@@ -820,12 +821,31 @@ def test_dockerfile_passes_hadolint() -> None:
 def test_procfile_processes() -> None:
     processes = procfile()
     assert set(processes) == {"worker", "beat", "flower", "metrics"}
-    worker = shlex.split(processes["worker"])
+    sh, flag, loop = shlex.split(processes["worker"])
+    assert (sh, flag) == ("sh", "-c")
+    [inner] = re.findall(r"do (.+?) & pid=", loop)
+    worker = shlex.split(inner)
     assert worker[0] == "REMAP_SIGTERM=SIGQUIT"
     assert worker[1:] == ["celery", *WORKER_ARGS]
     assert shlex.split(processes["beat"])[:4] == ["celery", "-A", "tasks", "beat"]
     assert shlex.split(processes["flower"])[:4] == ["celery", "-A", "tasks", "flower"]
     assert shlex.split(processes["metrics"])[:2] == ["agent-worker", "metrics"]
+
+
+def test_procfile_worker_is_restarted_when_it_dies(tmp_path: Path) -> None:
+    """foreman/honcho do not restart processes: the worker line does, and a
+    clean exit ends it. A stand-in ``celery`` crashes once, then exits 0."""
+    fake = tmp_path / "celery"
+    fake.write_text('#!/bin/sh\necho run >> "$RUNS"\n'
+                    '[ "$(wc -l < "$RUNS")" -ge 2 ] && exit 0\nexit 1\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
+           "RUNS": str(tmp_path / "runs")}
+    done = subprocess.run(shlex.split(procfile()["worker"]), env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs").read_text().split() == ["run", "run"]
+    assert "restarting in 5 s" in done.stderr
 
 
 # --------------------------------------------------------------------------- systemd
