@@ -23,21 +23,17 @@ from agent_worker.agent import register, registry
 from agent_worker.api import AgentWorker
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.metrics import registry_for
-from agent_worker.settings import Settings
 from store.sql import SqlStore
 from tasks.routing import lap_queue
 from tests.agents import OffsetClock
 from tests.conftest import DatabaseClock
 from tests.integration.test_lap_loop import assert_laps_exactly_once
-from tests.support import Fleet
+from tests.support import Fleet, default_timing
 
 pytestmark = pytest.mark.integration
 
 #: The default timing settings: the short ones of ``worker_env`` hid bug 10.
-DEFAULT_TIMING = {
-    f"AGENT_WORKER_{name.upper()}": str(Settings.model_fields[name].default)
-    for name in ("lease_ttl_seconds", "heartbeat_interval_seconds", "sweep_interval_seconds",
-                 "queued_overdue_seconds", "retry_backoff_seconds")}
+DEFAULT_TIMING = default_timing()
 
 #: An agent only this test process knows: no worker serves it.
 UNSERVED = register(replace(registry.get("loop"), name="nobody-serves-this"))
