@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from agent_worker.agent import Agent
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
+from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.errors import (
     InvalidInputError,
@@ -308,8 +309,10 @@ def client() -> AgentWorker:
 
         settings = get_settings()
         _load_agents(settings.agent_modules)
-        _default = AgentWorker(Runtime(store=SqlStore(settings.database_url),
-                                       dispatcher=CeleryDispatcher(), settings=settings))
+        store = SqlStore(settings.database_url)
+        _default = AgentWorker(Runtime(store=store, dispatcher=CeleryDispatcher(),
+                                       settings=settings,
+                                       clock=DatabaseClock(store.current_time)))
     return _default
 
 

@@ -7,7 +7,7 @@ blips (``store.retry``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
@@ -33,7 +33,7 @@ from store.base import (
     StoredMessage,
 )
 from store.db import make_engine
-from store.dbtime import db_time
+from store.dbtime import db_time, read_now
 from store.retry import with_retry
 from store.rows import (
     approvals,
@@ -115,6 +115,10 @@ class SqlStore:
                 return fn(conn)
 
         return with_retry(attempt)
+
+    def current_time(self) -> datetime:
+        """The database's clock (``store.dbtime``): what ``DatabaseClock`` reads."""
+        return self._read(lambda c: read_now(c, datetime.now(UTC)))
 
     # --- runs -----------------------------------------------------------------
 

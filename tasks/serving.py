@@ -19,7 +19,7 @@ from celery.signals import worker_ready, worker_shutdown
 from agent_worker.constants import SERVED_HEARTBEAT_SECONDS
 from agent_worker.settings import get_settings
 from store.sql import SqlStore
-from tasks.routing import served_pairs
+from tasks.routing import lap_queue, served_pairs
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()
@@ -41,10 +41,21 @@ def _beat(worker: str, versions: list[tuple[str, str]]) -> None:
         store.dispose()
 
 
+def _consumed(consumer: Any) -> list[tuple[str, str]]:
+    """The versions whose lap queue this worker really consumes (``--queues``
+    may name fewer than it has agents for)."""
+    pairs = served_pairs(get_settings())
+    queues = getattr(getattr(consumer, "task_consumer", None), "queues", None)
+    if not queues:
+        return pairs
+    names = {q.name for q in queues}
+    return [p for p in pairs if lap_queue(*p) in names]
+
+
 @worker_ready.connect
 def _start(sender: Any = None, **_: Any) -> None:
     worker = str(getattr(sender, "hostname", None) or socket.gethostname())
-    thread = threading.Thread(target=_beat, args=(worker, served_pairs(get_settings())),
+    thread = threading.Thread(target=_beat, args=(worker, _consumed(sender)),
                               name="served-versions", daemon=True)
     thread.start()
     _threads.append(thread)

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,11 +20,14 @@ from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import select
 
 from agent_worker.agent import register, registry
 from agent_worker.api import AgentWorker
+from agent_worker.constants import MAINT_QUEUE
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.metrics import registry_for
+from store.rows import served_versions
 from store.sql import SqlStore
 from tasks.routing import lap_queue
 from tests.agents import OffsetClock
@@ -70,6 +75,31 @@ def test_worker_clocks_minutes_apart_steal_no_lease(aw: AgentWorker, fleet: Flee
         assert aw.get_run(run_id).recoveries == 0
     by_key = vendor.client.stats()["by_key"]
     assert len(by_key) == 6 and set(by_key.values()) == {1}
+
+
+def test_a_sleep_set_by_a_worker_minutes_ahead_lasts_its_length(aw: AgentWorker, fleet: Fleet,
+                                                                 tmp_path: Path) -> None:
+    """A sleep's wake time is computed on the database's clock too: a worker
+    5 minutes ahead does not turn a 3 s sleep into 5 minutes."""
+    clock = OffsetClock(tmp_path / "ahead")
+    clock.advance(minutes=5)
+    # The skewed worker runs the laps; the sweeps run on a worker with a true clock.
+    fleet.worker(concurrency=1, queues=lap_queue("pauses", "1"),
+                 AGENT_WORKER_TEST_CLOCK_FILE=clock.path)
+    fleet.worker(concurrency=1, queues=MAINT_QUEUE)
+    fleet.beat()
+    run = aw.start_run("pauses", {"plan": [["sleep", {"seconds": 3}]]})
+    done = aw.wait(run.id, timeout=60)
+    assert done.status == "succeeded", done.error_detail
+    assert_laps_exactly_once(aw, run.id, 3)  # sleep, wake, answer
+    # Each worker recorded what it really consumes: the maint-only one, nothing.
+    assert isinstance(aw.rt.store, SqlStore)
+    laps, maint = (f"w{n}-{os.getpid()}@{socket.gethostname()}" for n in (1, 2))
+    with aw.rt.store.engine.connect() as c:
+        rows = c.execute(select(served_versions.c.worker, served_versions.c.agent_name,
+                                served_versions.c.agent_version)
+                         .where(served_versions.c.worker.in_([laps, maint]))).all()
+    assert {tuple(r) for r in rows} == {(laps, "pauses", "1")}
 
 
 def test_a_lap_lost_between_commit_and_send_is_resent_after_the_lease_ttl(
