@@ -65,6 +65,9 @@ class Chaos:
     db: Engine
     rng: random.Random
     worker_env: dict[str, str]
+    #: Seconds between kills: shorter than a recovery with short timings (they
+    #: overlap), about half a recovery with the default ones.
+    kill_gap: tuple[float, float] = (2.5, 5.0)
     workers: list[Proc] = field(default_factory=list)
     kills: int = 0
     restarts: dict[str, str] = field(default_factory=dict)
@@ -79,7 +82,7 @@ class Chaos:
     def start(self) -> None:
         self.started = time.monotonic()
         self.workers = [self.spawn() for _ in range(WORKERS)]
-        self.next_kill = self.started + self.rng.uniform(2.5, 5)
+        self.next_kill = self.started + self.rng.uniform(*self.kill_gap)
 
     def spawn(self) -> Proc:
         return self.fleet.worker(concurrency=CONCURRENCY, **self.worker_env)
@@ -170,7 +173,7 @@ class Chaos:
             self.warm_shutdown()
         elif now >= self.next_kill and fraction < 0.92:
             self.kill_one()
-            self.next_kill = now + self.rng.uniform(2.5, 5)
+            self.next_kill = now + self.rng.uniform(*self.kill_gap)
         for w in self.workers:  # a crash we did not cause is a finding: replace and count
             if not w.alive():
                 self.workers.remove(w)
@@ -190,15 +193,15 @@ def _vendor_applied(db_path: Path) -> list[tuple[str, str]]:
 #: Timings: the fixture's shortened ones (a large workload), and once the
 #: defaults (lease 10 s, sweep 2 s, re-send cap 60 s) on a smaller one, so a
 #: recovery that only short timings make quick cannot hide (issue 14, bug 10).
-TIMINGS = {"short": ({}, RUNS, LAPS),
-           "default": (default_timing(), max(RUNS * 2 // 5, 1), max(LAPS * 2 // 3, 2))}
+TIMINGS = {"short": ({}, RUNS, LAPS, (2.5, 5.0)),
+           "default": (default_timing(), max(RUNS // 5, 1), LAPS, (5.0, 8.0))}
 
 
 @pytest.mark.parametrize("timing", list(TIMINGS))
 def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
                      private_redis: PrivateRedis, database_url: str, tmp_path: Path,
                      capsys: pytest.CaptureFixture[str], timing: str) -> None:
-    timing_env, n_runs, n_laps = TIMINGS[timing]
+    timing_env, n_runs, n_laps, kill_gap = TIMINGS[timing]
     rng = random.Random(SEED)
     with capsys.disabled():
         print(f"\nchaos ({timing} timings): seed {SEED} (replay with AW_CHAOS_SEED={SEED}), "
@@ -208,7 +211,7 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
     with start_vendor(vendor_db) as vendor:
         env = {"AGENT_WORKER_VENDOR_URL": vendor.url, "REMAP_SIGTERM": "SIGQUIT",
                "AGENT_WORKER_SOFT_SHUTDOWN_TIMEOUT_SECONDS": "2", **timing_env}
-        chaos = Chaos(aw, fleet, private_pg, private_redis, db, rng, env)
+        chaos = Chaos(aw, fleet, private_pg, private_redis, db, rng, env, kill_gap)
         chaos.start()
         fleet.beat(**timing_env)
         for i in range(n_runs):
