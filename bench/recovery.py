@@ -15,7 +15,7 @@ bounds each (DESIGN.md, "Pauses and the sweeper"):
 
 so with the defaults (lease 10 s, heartbeat 3 s, sweep 2 s) expect 8-13 s,
 never Redis's visibility timeout nor ``queued_overdue_seconds``. Not a test:
-``python -m bench.recovery --scenario all --kills 10`` (README, "Recovery").
+``python -m bench.recovery --scenario all --kills 10`` (README, "Measured").
 
 By default it uses the local services (deploy/local/services.sh; started if
 needed) read-only: its own database on the shared Postgres and a free Redis
