@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from agent_worker.agent import Agent
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
+from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.errors import (
     InvalidInputError,
@@ -329,9 +330,8 @@ class AgentWorker:
     def sweep(self) -> int:
         """One sweeper pass; returns how many laps it sent."""
         s = self.rt.settings
-        now = self.rt.clock.now()
-        due = self.rt.store.sweep(now=now, overdue_before=now - timedelta(
-            seconds=s.queued_overdue_seconds))
+        due = self.rt.store.sweep(now=self.rt.clock.now(), handoff_seconds=s.lease_ttl_seconds,
+                                  resend_max_seconds=s.queued_overdue_seconds)
         self.rt.send_all(due)
         return len(due)
 
@@ -360,8 +360,10 @@ def client() -> AgentWorker:
 
         settings = get_settings()
         _load_agents(settings.agent_modules)
-        _default = AgentWorker(Runtime(store=SqlStore(settings.database_url),
-                                       dispatcher=CeleryDispatcher(), settings=settings))
+        store = SqlStore(settings.database_url)
+        _default = AgentWorker(Runtime(store=store, dispatcher=CeleryDispatcher(),
+                                       settings=settings,
+                                       clock=DatabaseClock(store.current_time)))
     return _default
 
 

@@ -17,6 +17,12 @@ PRUNE_TASK_NAME: Final = "agent_worker.prune"
 LAPS_QUEUE: Final = "laps"
 MAINT_QUEUE: Final = "maint"
 
+#: A worker records the agent versions it serves this often (``served_versions``);
+#: one silent for SERVED_TTL_SECONDS counts as gone, and the sweeper stops
+#: re-sending laps to a queue no live worker consumes.
+SERVED_HEARTBEAT_SECONDS: Final = 10.0
+SERVED_TTL_SECONDS: Final = 35.0
+
 #: Current checkpoint schema version; older ones go through checkpoint.upgrade().
 CHECKPOINT_SCHEMA_VERSION: Final = 2
 

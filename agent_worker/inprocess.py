@@ -4,6 +4,8 @@ unit tests. Same lap engine, same store interface; laps run when you call
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections import deque
 from typing import Any
@@ -41,6 +43,7 @@ class InProcessWorker(AgentWorker):
         base = settings or get_settings()
         upgrade(database_url)
         self.queue = LocalQueue()
+        self._name = f"inprocess:{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         super().__init__(Runtime(
             store=SqlStore(database_url), dispatcher=self.queue,
             settings=base.model_copy(update={"database_url": database_url, **overrides}),
@@ -58,6 +61,13 @@ class InProcessWorker(AgentWorker):
                 run_lap(self.rt, lap.run_id, lap.lap)
                 done += 1
         return done
+
+    def sweep(self) -> int:
+        """One sweeper pass. This process is the worker of every version it
+        has registered, so it records itself as their live server first."""
+        self.rt.store.heartbeat(self._name, self.rt.registry.served_versions(),
+                                now=self.rt.clock.now())
+        return super().sweep()
 
     def _idle(self, seconds: float) -> None:
         if self.run_until_idle() == 0:

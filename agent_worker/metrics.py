@@ -154,6 +154,13 @@ class StoreCollector(Collector):
             "AGENT_WORKER_STALE_AFTER_SECONDS.", value=snap.stale_runs)
         yield GaugeMetricFamily("agent_worker_pending_approvals",
                                 "Approvals waiting for a human.", value=snap.pending_approvals)
+        unserved = GaugeMetricFamily(
+            "agent_worker_unserved_runs",
+            "Queued runs of an agent version no live worker serves (the sweeper does not "
+            "re-send their laps until one does).", labels=["agent", "version"])
+        for (agent, version), n in sorted(snap.unserved.items()):
+            unserved.add_metric([agent, version], n)
+        yield unserved
         oldest = snap.oldest_pending_approval
         yield GaugeMetricFamily(
             "agent_worker_pending_approvals_oldest_age_seconds",

@@ -46,8 +46,11 @@ class Settings(BaseSettings):
     queued_overdue_seconds: float = Field(
         60.0,
         gt=0,
-        description="A queued run whose lap message is older than this is re-sent (Redis "
-        "may have lost it). Duplicates are harmless: the claim is fenced.",
+        description="Longest wait between re-sends of a queued lap nobody claims. The first "
+        "re-send comes one lease TTL after the send (the hand-off is covered like a lease: "
+        "Redis or a dying worker may have lost the message), later ones back off, doubling, "
+        "up to this; never to a version no live worker serves. Duplicates are harmless: the "
+        "claim is fenced.",
     )
     max_lap_attempts: int = Field(
         5, ge=1, description="Attempts of one lap before the run fails (dead-letter)."

@@ -1,22 +1,26 @@
-"""Recovery-time benchmark (issue 4, item 8): how long a run stands still when
-the worker running its lap is SIGKILLed (a node loss, an OOM kill).
+"""Recovery-time benchmark (issue 4, item 8; issue 14, bug 10): how long a run
+stands still when a lap is lost, for every way a lap can be lost.
 
-Measured from the SIGKILL of the whole worker (main process and pool) mid-lap
-to the commit of that lap by another worker, over ``--kills`` kills, with the
-default settings unless overridden in the environment. What bounds it
-(DESIGN.md, "Pauses and the sweeper"):
+``mid-lap``: the whole worker running the lap is SIGKILLed (a node loss, an OOM
+kill), measured to the commit of that lap by another worker. The lost-message
+scenarios (``bench.lost_laps``): a kill between a lap's commit and its send, a
+worker killed while its claim retried through a Postgres outage, Redis killed
+while a lap runs. Default settings unless overridden in the environment. What
+bounds each (DESIGN.md, "Pauses and the sweeper"):
 
-    recovery <= lease TTL (the dead lap's lease must lapse; it was renewed at most
-                a heartbeat interval before the kill)
+    recovery <= lease TTL (a dead lap's lease, or an unclaimed hand-off, must
+                lapse; a lease was renewed at most a heartbeat before the kill)
               + sweep interval (beat's next sweep re-sends the lap)
               + queue wait + the lap itself (``--lap-seconds``)
 
 so with the defaults (lease 10 s, heartbeat 3 s, sweep 2 s) expect 8-13 s,
-never Redis's visibility timeout. Not a test: ``python -m bench.recovery --kills 10``.
+never Redis's visibility timeout nor ``queued_overdue_seconds``. Not a test:
+``python -m bench.recovery --scenario all --kills 10`` (README, "Measured").
 
 By default it uses the local services (deploy/local/services.sh; started if
 needed) read-only: its own database on the shared Postgres and a free Redis
-database number; ``--private`` starts a throwaway Postgres and Redis instead.
+database number; ``--private`` starts a throwaway Postgres and Redis instead
+(always, for the scenarios that stop them).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from bench.lost_laps import SCENARIOS as LOST_MESSAGE
+from bench.lost_laps import Bench, Sample
 from tests.support import ROOT, TEST_AGENTS, Fleet, Proc, wait_for
 
 SHARED_PG = "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker"
@@ -45,7 +51,7 @@ SHARED_REDIS = "redis://127.0.0.1:63799"
 
 
 @contextlib.contextmanager
-def _shared_services() -> Iterator[tuple[str, str]]:
+def _shared_services() -> Iterator[tuple[str, str, Any, Any]]:
     """Own database on the shared Postgres, a free Redis db number (the same
     lock files the test fixtures use, so no test eats our laps)."""
     import redis
@@ -78,7 +84,7 @@ def _shared_services() -> Iterator[tuple[str, str]]:
         r = redis.Redis.from_url(broker)
         r.flushdb()
         r.close()
-        yield url, broker
+        yield url, broker, None, None
     finally:
         if lock is not None:
             lock.close()
@@ -88,7 +94,7 @@ def _shared_services() -> Iterator[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def _private_services() -> Iterator[tuple[str, str]]:
+def _private_services() -> Iterator[tuple[str, str, Any, Any]]:
     from tests.chaos.conftest import PrivatePostgres, PrivateRedis
 
     pg = PrivatePostgres()
@@ -96,7 +102,7 @@ def _private_services() -> Iterator[tuple[str, str]]:
     try:
         pg.start()
         redis.start()
-        yield pg.create_database(), redis.url
+        yield pg.create_database(), redis.url, pg, redis
     finally:
         redis.destroy()
         pg.destroy()
@@ -126,13 +132,52 @@ def _committed(store: Any, run_id: str, lap: int) -> Callable[[], bool]:
     return check
 
 
-def measure(database_url: str, broker_url: str, *, kills: int, lap_seconds: float,
-            seed: int, logdir: Path) -> dict[str, Any]:
-    """Kill the worker holding the run's lap ``kills`` times; returns the figures."""
+def mid_lap(b: Bench, kills: int) -> list[Sample]:
+    """Kill the whole worker holding the run's lap, somewhere mid-lap."""
+    workers = [b.fleet.worker(concurrency=1), b.fleet.worker(concurrency=1)]
+    run_id = b.start()
+    samples: list[Sample] = []
+    for i in range(kills):
+        victim, lap = wait_for(lambda: _holder(b.store, run_id, workers), timeout=120,
+                               interval=0.02, what="the run's lap in flight on a worker")
+        time.sleep(b.rng.uniform(0.1, 0.8) * b.lap_seconds)  # somewhere mid-lap
+        run = b.store.get_run(run_id)
+        if run is None or run.next_lap != lap or run.status != "running":
+            continue  # the lap ended while we waited; the next one will do
+        killed = time.monotonic()
+        victim.kill(signal.SIGKILL)
+        workers.remove(victim)
+        workers.append(b.fleet.worker(concurrency=1))  # the platform replaces the node
+        wait_for(_committed(b.store, run_id, lap), timeout=300, interval=0.02,
+                 what=f"lap {lap} to commit after the kill")
+        samples.append({"kill": i + 1, "lap": lap,
+                        "seconds": round(time.monotonic() - killed, 2)})
+        print(f"mid-lap {i + 1}/{kills}: lap {lap} committed "
+              f"{samples[-1]['seconds']:.2f}s after SIGKILL", file=sys.stderr)
+        # Let the replacement boot before the next kill, so one dead worker is
+        # measured at a time.
+        newest = workers[-1]
+        wait_for(lambda: "ready." in newest.log.read_text(errors="replace"),  # noqa: B023
+                 timeout=120, what="the replacement worker to be ready")
+    return samples
+
+
+SCENARIOS = {"mid-lap": mid_lap, **LOST_MESSAGE}
+#: Scenarios that stop Postgres or Redis: they need the private services.
+NEEDS_PRIVATE = ("claim-outage", "redis-send")
+
+
+def measure(database_url: str, broker_url: str, *, scenario: str, kills: int,
+            lap_seconds: float, seed: int, logdir: Path, pg: Any = None,
+            redis: Any = None) -> dict[str, Any]:
+    """Run ``kills`` faults of ``scenario`` on a fresh fleet; returns the figures."""
+    from agent_worker.api import AgentWorker
+    from agent_worker.runtime import Runtime
     from agent_worker.settings import Settings
     from store.sql import SqlStore
+    from tasks import app
+    from tasks.dispatch import CeleryDispatcher
 
-    rng = random.Random(seed)
     # Every recovery knob keeps its default unless the caller exported it
     # (``AGENT_WORKER_LEASE_TTL_SECONDS=5 python -m bench.recovery``).
     env = dict(os.environ)
@@ -145,40 +190,25 @@ def measure(database_url: str, broker_url: str, *, kills: int, lap_seconds: floa
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    from agent_worker.agent import registry
+
+    registry.import_modules(TEST_AGENTS.split(","))
+    app.conf["broker_url"] = broker_url
     store = SqlStore(database_url)
-    fleet = Fleet(env, logdir)
-    samples: list[dict[str, Any]] = []
+    fleet = Fleet(env, logdir / scenario)
+    (logdir / scenario).mkdir(parents=True, exist_ok=True)
+    aw = AgentWorker(Runtime(store=store, dispatcher=CeleryDispatcher(), settings=settings))
+    bench = Bench(fleet=fleet, store=store, aw=aw, logdir=logdir, lap_seconds=lap_seconds,
+                  rng=random.Random(seed), pg=pg, redis=redis)
     try:
-        workers = [fleet.worker(concurrency=1), fleet.worker(concurrency=1)]
         fleet.beat()
-        run_id = _start_run(settings, store, broker_url, lap_seconds)
-        for i in range(kills):
-            victim, lap = wait_for(lambda: _holder(store, run_id, workers), timeout=120,
-                                   interval=0.02, what="the run's lap in flight on a worker")
-            time.sleep(rng.uniform(0.1, 0.8) * lap_seconds)  # somewhere mid-lap
-            run = store.get_run(run_id)
-            if run is None or run.next_lap != lap or run.status != "running":
-                continue  # the lap ended while we waited; the next one will do
-            killed = time.monotonic()
-            victim.kill(signal.SIGKILL)
-            workers.remove(victim)
-            workers.append(fleet.worker(concurrency=1))  # the platform replaces the node
-            wait_for(_committed(store, run_id, lap), timeout=300, interval=0.02,
-                     what=f"lap {lap} to commit after the kill")
-            seconds = time.monotonic() - killed
-            samples.append({"kill": i + 1, "lap": lap, "seconds": round(seconds, 2)})
-            print(f"kill {i + 1}/{kills}: lap {lap} committed {seconds:.2f}s after SIGKILL",
-                  file=sys.stderr)
-            # Let the replacement boot before the next kill, so one dead worker is
-            # measured at a time.
-            newest = workers[-1]
-            wait_for(lambda: "ready." in newest.log.read_text(errors="replace"),  # noqa: B023
-                     timeout=120, what="the replacement worker to be ready")
+        samples = SCENARIOS[scenario](bench, kills)
     finally:
         fleet.close()
         store.engine.dispose()
     times = [s["seconds"] for s in samples]
     return {
+        "scenario": scenario,
         "kills": len(samples),
         "median_s": round(statistics.median(times), 2) if times else None,
         "worst_s": round(max(times), 2) if times else None,
@@ -197,55 +227,60 @@ def measure(database_url: str, broker_url: str, *, kills: int, lap_seconds: floa
     }
 
 
-def _start_run(settings: Any, store: Any, broker_url: str, lap_seconds: float) -> str:
-    """A long ``loop`` run whose every lap is one ``lap_seconds`` read step."""
-    from agent_worker.agent import registry
-    from agent_worker.api import AgentWorker
-    from agent_worker.runtime import Runtime
-    from tasks import app
-    from tasks.dispatch import CeleryDispatcher
-
-    registry.import_modules(TEST_AGENTS.split(","))
-    app.conf["broker_url"] = broker_url
-    aw = AgentWorker(Runtime(store=store, dispatcher=CeleryDispatcher(), settings=settings))
-    return aw.start_run("loop", {"laps": 900, "pause": lap_seconds}).id
-
-
 def table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [
-        "recovery after SIGKILL of the worker running the lap",
+        f"recovery, {result['scenario']}: {DESCRIBE[result['scenario']]}",
         f"  settings: lease {s['lease_ttl_seconds']}s, heartbeat "
         f"{s['heartbeat_interval_seconds']}s, sweep {s['sweep_interval_seconds']}s, "
-        f"lap {s['lap_seconds']}s  (bound ~ lease + sweep + lap = {result['bound_s']}s)",
+        f"overdue cap {s['queued_overdue_seconds']}s, lap {s['lap_seconds']}s  "
+        f"(bound ~ lease + sweep + lap = {result['bound_s']}s)",
         "  kill  lap   seconds",
         *(f"  {x['kill']:>4}  {x['lap']:>3}  {x['seconds']:>8.2f}" for x in result["samples"]),
         f"  median {result['median_s']}s   worst {result['worst_s']}s   best "
-        f"{result['best_s']}s   over {result['kills']} kills",
+        f"{result['best_s']}s   over {result['kills']} faults",
     ]
     return "\n".join(lines)
 
 
+DESCRIBE = {
+    "mid-lap": "SIGKILL of the worker running the lap, to that lap's commit",
+    "commit-send": "pool child killed between a lap's commit and its send, to the next commit",
+    "claim-outage": "worker killed while its claim retried through a Postgres outage, "
+                    "from Postgres's return",
+    "redis-send": "Redis killed while a lap runs (its send fails) and restarted, from the kill",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--kills", type=int, default=10, help="kills to measure (default 10)")
+    parser.add_argument("--scenario", choices=["all", *SCENARIOS], default="mid-lap",
+                        help="which way to lose a lap (default mid-lap; 'all' runs each)")
+    parser.add_argument("--kills", type=int, default=10, help="faults per scenario (default 10)")
     parser.add_argument("--lap-seconds", type=float, default=1.0,
                         help="length of each lap's tool call (default 1.0)")
     parser.add_argument("--seed", type=int, default=None, help="seed for the kill points")
     parser.add_argument("--private", action="store_true",
-                        help="start a private Postgres and Redis instead of the local ones")
+                        help="start a private Postgres and Redis instead of the local ones "
+                             "(implied by claim-outage and redis-send, which stop them)")
     parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1_000_000)
-    services = _private_services() if args.private else _shared_services()
-    with services as (database_url, broker_url), \
-            tempfile.TemporaryDirectory(prefix="aw-bench-recovery-") as logdir:
-        result = measure(database_url, broker_url, kills=args.kills,
-                         lap_seconds=args.lap_seconds, seed=seed, logdir=Path(logdir))
-    print(json.dumps(result))
-    print(table(result))
+    scenarios = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    results = []
+    for scenario in scenarios:
+        private = args.private or scenario in NEEDS_PRIVATE
+        services = _private_services() if private else _shared_services()
+        with services as (database_url, broker_url, pg, redis), \
+                tempfile.TemporaryDirectory(prefix="aw-bench-recovery-") as logdir:
+            result = measure(database_url, broker_url, scenario=scenario, kills=args.kills,
+                             lap_seconds=args.lap_seconds, seed=seed, logdir=Path(logdir),
+                             pg=pg, redis=redis)
+        print(json.dumps(result))
+        print(table(result))
+        results.append(result)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        args.json.write_text(json.dumps(results, indent=2))
     return 0
 
 

@@ -308,10 +308,23 @@ class Store(Protocol):
         ...
 
     # --- sweeper ------------------------------------------------------------
-    def sweep(self, *, now: datetime, overdue_before: datetime, limit: int = 500) -> list[DueLap]:
+    def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
+              limit: int = 500) -> list[DueLap]:
         """Recover expired leases, wake due sleepers, time out approvals and
-        signal waits, and pick queued runs whose message is overdue. Marks the
-        returned laps as sent now; safe when two sweepers run at once."""
+        signal waits, and pick queued runs whose hand-off expired unclaimed
+        (``handoff_seconds`` after the send, then backing off up to
+        ``resend_max_seconds``). Returns only laps of versions a live worker
+        serves, marked as sent; safe when two sweepers run at once. Every
+        comparison is on the database's clock; ``now`` is the caller's."""
+        ...
+
+    def heartbeat(self, worker: str, versions: Sequence[tuple[str, str]], *,
+                  now: datetime) -> None:
+        """Record that ``worker`` is alive and serves ``versions`` (agent, version)."""
+        ...
+
+    def forget_worker(self, worker: str) -> None:
+        """Drop a stopping worker's heartbeat rows."""
         ...
 
     def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,

@@ -198,3 +198,18 @@ class SignalRow(Base):
     delivered_lap: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_signals_run_name", "run_id", "name", "delivered_lap"),)
+
+
+class ServedVersionRow(Base):
+    """A live worker's heartbeat for one agent version it serves: the sweeper
+    re-sends a lap only to a queue some live worker consumes (issue 14, bug 7)."""
+
+    __tablename__ = "served_versions"
+
+    worker: Mapped[str] = mapped_column(String(300), primary_key=True)
+    agent_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    agent_version: Mapped[str] = mapped_column(String(50), primary_key=True)
+    seen_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_served_versions_agent", "agent_name", "agent_version",
+                            "seen_at"),)

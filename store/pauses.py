@@ -19,6 +19,7 @@ from agent_worker.errors import (
     NotFoundError,
 )
 from store.base import TERMINAL, ApprovalRecord, DueLap, EffectRecord, SignalRecord
+from store.dbtime import db_time, read_now
 from store.rows import (
     approvals,
     effects,
@@ -47,7 +48,7 @@ def wake(conn: Connection, run_id: str, *, now: datetime, waiting_for: str | Non
         cond.append(runs.c.waiting_for == waiting_for)
     row = conn.execute(
         update(runs).where(*cond)
-        .values(status="queued", waiting_for=None, wake_at=None, enqueued_at=now,
+        .values(status="queued", waiting_for=None, wake_at=None, enqueued_at=db_time(now),
                 updated_at=now, lease_owner=None, lease_expires_at=None, **(extra or {}))
         .returning(runs.c.next_lap, runs.c.agent_name, runs.c.agent_version)
     ).first()
@@ -171,7 +172,7 @@ def request_cancel(conn: Connection, run_id: str, *, reason: str, by: str,
     # A lap in flight cannot commit any more (its fence checks the cancel); it
     # hands the run back itself. Anything not leased is woken to compensate.
     live_lease = run.lease_owner is not None and (
-        run.lease_expires_at is not None and run.lease_expires_at > now)
+        run.lease_expires_at is not None and run.lease_expires_at > read_now(conn, now))
     if live_lease:
         return None
     return wake(conn, run_id, now=now, statuses=("queued", "waiting", "sleeping", "running"))

@@ -27,7 +27,9 @@ WITH fenced AS (
         result = CAST(:result AS json), error_code = :error_code,
         error_message = :error_message, error_detail = :error_detail,
         laps_used = :laps, input_tokens = :tin, output_tokens = :tout, cost_micros = :cost,
-        updated_at = :now, last_checkpoint_at = :now, enqueued_at = :enqueued_at,
+        updated_at = :now, last_checkpoint_at = :now,
+        -- the hand-off starts on the database's clock (store.dbtime), not the worker's
+        enqueued_at = CASE WHEN :enqueue THEN timezone('UTC', now()) END,
         finished_at = :finished_at
     WHERE id = :run_id AND next_lap = :lap AND lease_owner = :owner
       AND cancel_requested_at IS NULL
@@ -68,7 +70,7 @@ def commit_lap(conn: Connection, commit: LapCommit) -> bool:
         "result": _json(u.result), "error_code": u.error_code,
         "error_message": u.error_message, "error_detail": u.error_detail,
         "laps": laps, "tin": tin, "tout": tout, "cost": cost, "now": now,
-        "enqueued_at": now if u.enqueue else None,
+        "enqueue": u.enqueue,
         "finished_at": now if u.status in TERMINAL else None,
         "messages": _json([{"seq": seq, "body": message_body(m)} for seq, m in commit.messages]),
         "schema_version": commit.schema_version, "state": _json(commit.checkpoint),

@@ -17,7 +17,16 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
-from store.models import ApprovalRow, CheckpointRow, EffectRow, EventRow, MessageRow, Run, SignalRow
+from store.models import (
+    ApprovalRow,
+    CheckpointRow,
+    EffectRow,
+    EventRow,
+    MessageRow,
+    Run,
+    ServedVersionRow,
+    SignalRow,
+)
 
 runs = cast(Table, Run.__table__)
 checkpoints = cast(Table, CheckpointRow.__table__)
@@ -26,6 +35,7 @@ effects = cast(Table, EffectRow.__table__)
 events = cast(Table, EventRow.__table__)
 approvals = cast(Table, ApprovalRow.__table__)
 signals = cast(Table, SignalRow.__table__)
+served_versions = cast(Table, ServedVersionRow.__table__)
 
 
 _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)

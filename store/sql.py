@@ -7,7 +7,7 @@ blips (``store.retry``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
@@ -33,6 +33,7 @@ from store.base import (
     StoredMessage,
 )
 from store.db import make_engine
+from store.dbtime import db_time, read_now
 from store.retry import with_retry
 from store.rows import (
     approvals,
@@ -44,6 +45,7 @@ from store.rows import (
     messages,
     record_event_tx,
     runs,
+    served_versions,
     signals,
     to_effect,
     to_event,
@@ -114,6 +116,10 @@ class SqlStore:
 
         return with_retry(attempt)
 
+    def current_time(self) -> datetime:
+        """The database's clock (``store.dbtime``): what ``DatabaseClock`` reads."""
+        return self._read(lambda c: read_now(c, datetime.now(UTC)))
+
     # --- runs -----------------------------------------------------------------
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
@@ -129,7 +135,8 @@ class SqlStore:
                     input_tokens=0, output_tokens=0, cost_micros=0, retention=new.retention,
                     recoveries=0, parent_run_id=new.parent_run_id,
                     forked_from_lap=new.forked_from_lap, created_at=new.now,
-                    updated_at=new.now, last_checkpoint_at=new.now, enqueued_at=new.now,
+                    updated_at=new.now, last_checkpoint_at=new.now,
+                    enqueued_at=db_time(new.now),
                 )
             )
             conn.execute(
@@ -201,7 +208,8 @@ class SqlStore:
         def tx(conn: Connection) -> Claim | None:
             row = conn.execute(statements.CLAIM, {
                 "run_id": run_id, "lap": lap, "owner": owner, "now": now,
-                "expires": now + timedelta(seconds=lease_seconds)}).first()
+                "expires": now + timedelta(seconds=lease_seconds),
+                "lease_seconds": lease_seconds}).first()
             if row is None:
                 return None
             state: dict[str, Any] = row.checkpoint_state
@@ -237,7 +245,8 @@ class SqlStore:
             row = conn.execute(
                 update(runs)
                 .where(runs.c.id == run_id, runs.c.next_lap == lap, runs.c.lease_owner == owner)
-                .values(lease_expires_at=now + timedelta(seconds=lease_seconds))
+                .values(lease_expires_at=db_time(now + timedelta(seconds=lease_seconds),
+                                                 lease_seconds))
                 .returning(runs.c.cancel_requested_at)
             ).first()
             if row is None:
@@ -374,7 +383,7 @@ class SqlStore:
                 wake_at=update_.wake_at, waiting_for=update_.waiting_for,
                 error_code=update_.error_code, error_message=update_.error_message,
                 error_detail=update_.error_detail, updated_at=now,
-                enqueued_at=now if update_.enqueue else None,
+                enqueued_at=db_time(now) if update_.enqueue else None,
             )
             if update_.ending is not None:
                 values["ending"] = update_.ending
@@ -395,9 +404,19 @@ class SqlStore:
 
     # --- sweeper, retention, pauses (see store.sweeping and store.pauses) ------
 
-    def sweep(self, *, now: datetime, overdue_before: datetime, limit: int = 500) -> list[DueLap]:
-        return self._tx(lambda c: sweeping.sweep(c, now=now, overdue_before=overdue_before,
-                                                 limit=limit))
+    def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
+              limit: int = 500) -> list[DueLap]:
+        return self._tx(lambda c: sweeping.sweep(
+            c, now=now, handoff_seconds=handoff_seconds, resend_max_seconds=resend_max_seconds,
+            limit=limit))
+
+    def heartbeat(self, worker: str, versions: Sequence[tuple[str, str]], *,
+                  now: datetime) -> None:
+        self._tx(lambda c: sweeping.heartbeat(c, worker, versions, now=now))
+
+    def forget_worker(self, worker: str) -> None:
+        self._tx(lambda c: c.execute(
+            delete(served_versions).where(served_versions.c.worker == worker)))
 
     def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,
               batch: int) -> dict[str, int]:

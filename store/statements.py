@@ -12,27 +12,31 @@ from sqlalchemy import Integer, String, Text, bindparam, cast, or_, select, upda
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store.base import RUNNABLE
+from store.dbtime import db_now
 from store.models import UTCDateTime
 from store.rows import checkpoints, messages, runs
 
 _now = bindparam("now", type_=UTCDateTime())
 _owner = bindparam("owner", type_=String())
+_db_now = db_now(_now)
 
 #: Take the lease if the run is at this lap, runnable, due, and not leased by a
 #: live worker (or by this very attempt: a retry after a lost reply re-claims);
-#: return the run and the checkpoint the lap resumes from.
+#: return the run and the checkpoint the lap resumes from. Expiry and due time
+#: are the database's (``store.dbtime``), never the claiming worker's clock.
 CLAIM = (
     update(runs)
     .where(
         runs.c.id == bindparam("run_id"),
         runs.c.next_lap == bindparam("lap"),
         runs.c.status.in_(RUNNABLE),
-        or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < _now,
+        or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < _db_now,
             runs.c.lease_owner == _owner),
-        or_(runs.c.wake_at.is_(None), runs.c.wake_at <= _now),
+        or_(runs.c.wake_at.is_(None), runs.c.wake_at <= _db_now),
     )
     .values(status="running", lease_owner=_owner,
-            lease_expires_at=bindparam("expires", type_=UTCDateTime()),
+            lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),
+                                    bindparam("lease_seconds")),
             lap_attempts=runs.c.lap_attempts + 1, wake_at=None, updated_at=_now)
     .returning(
         *runs.c,

@@ -13,9 +13,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, and_, func, select
 
 from store.base import RUNNABLE
+from store.dbtime import read_now
 from store.retry import with_retry
 from store.rows import approvals, checkpoints, events, runs
 from store.sql import SqlStore
+from store.sweeping import live_versions
 
 #: Reads here serve a scrape or an operator's screen: fail within seconds
 #: rather than retry for the store's usual 30.
@@ -52,6 +54,8 @@ class Snapshot:
     stale_runs: int = 0
     pending_approvals: int = 0
     oldest_pending_approval: datetime | None = None
+    #: Queued runs per (agent, version) that no live worker serves.
+    unserved: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,8 @@ class EventRow:
 
 
 def snapshot(store: SqlStore, *, stale_before: datetime) -> Snapshot:
-    """Runs by status and agent, stale runs and pending approvals (two queries).
+    """Runs by status and agent, stale runs, pending approvals and runs of
+    versions nobody serves (five queries).
 
     A run is stale when it should be moving (queued or running) but its last
     checkpoint is older than ``stale_before``; the definition matches
@@ -102,9 +107,20 @@ def snapshot(store: SqlStore, *, stale_before: datetime) -> Snapshot:
         ).one()
         return Snapshot(runs_by_status=by_status, by_agent=by_agent, stale_runs=stale_runs,
                         pending_approvals=int(pending),
-                        oldest_pending_approval=_aware(oldest))
+                        oldest_pending_approval=_aware(oldest), unserved=_unserved(conn))
 
     return _read(store, read)
+
+
+def _unserved(conn: Connection) -> dict[tuple[str, str], int]:
+    """Queued runs of versions whose queue no live worker consumes: the sweeper
+    does not re-send them (it would only grow the queue) until one does."""
+    live = live_versions(conn, read_now(conn, datetime.now(UTC)))
+    rows = conn.execute(
+        select(runs.c.agent_name, runs.c.agent_version, func.count().label("n"))
+        .where(runs.c.status == "queued").group_by(runs.c.agent_name, runs.c.agent_version))
+    return {(r.agent_name, r.agent_version): int(r.n) for r in rows
+            if (r.agent_name, r.agent_version) not in live}
 
 
 def events_after(store: SqlStore, after_id: int, kinds: Sequence[str], *,

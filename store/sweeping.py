@@ -1,22 +1,36 @@
 """Transaction helpers for the sweeper and the retention job.
 
 The sweeper is what turns "a checkpoint" into "durable execution": it notices
-dead workers (expired leases), lost messages (queued too long), due timers and
-timed-out approvals, and hands back the laps to send. Rows are picked with
+dead workers (expired leases), lost messages (hand-offs nobody claimed), due
+timers and timed-out approvals, and hands back the laps to send, only for
+versions some live worker serves. Rows are picked with
 ``FOR UPDATE SKIP LOCKED`` so two sweepers never hand out the same run twice
 (SQLite, single-process, ignores the clause).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, and_, bindparam, delete, insert, or_, select, tuple_, update
 
+from agent_worker.constants import SERVED_TTL_SECONDS
 from store.base import TERMINAL, DueLap
+from store.dbtime import read_now
+from store.models import UTCDateTime
 from store.pauses import wake
-from store.rows import approvals, checkpoints, effects, events, messages, runs, signals
+from store.rows import (
+    approvals,
+    checkpoints,
+    effects,
+    events,
+    messages,
+    runs,
+    served_versions,
+    signals,
+)
 
 
 def _pick(conn: Connection, *cond: Any, limit: int) -> list[str]:
@@ -68,8 +82,10 @@ def _time_out_approvals(conn: Connection, now: datetime, limit: int) -> list[Due
     return due
 
 
-def sweep(conn: Connection, *, now: datetime, overdue_before: datetime,
-          limit: int) -> list[DueLap]:
+def sweep(conn: Connection, *, now: datetime, handoff_seconds: float,
+          resend_max_seconds: float, limit: int) -> list[DueLap]:
+    # Every comparison below is on the database's clock (store.dbtime), read once.
+    now = read_now(conn, now)
     expired = _pick(conn, runs.c.status == "running", runs.c.lease_expires_at < now,
                     limit=limit)
     due = _flip(conn, expired, now, "recovered", recoveries=runs.c.recoveries + 1)
@@ -82,20 +98,70 @@ def sweep(conn: Connection, *, now: datetime, overdue_before: datetime,
     )
     due += _flip(conn, timers, now, "woken")
     due += _time_out_approvals(conn, now, limit)
-    overdue = _pick(
-        conn,
-        runs.c.status == "queued",
-        or_(runs.c.enqueued_at.is_(None), runs.c.enqueued_at < overdue_before),
-        or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
-        limit=limit,
-    )
-    if overdue:
-        rows = conn.execute(
-            update(runs).where(runs.c.id.in_(overdue)).values(enqueued_at=now)
-            .returning(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version)
-        ).all()
-        due += [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in rows]
-    return due
+    live = live_versions(conn, now)
+    due += _resend_unclaimed(conn, now, live, handoff=timedelta(seconds=handoff_seconds),
+                             most=timedelta(seconds=resend_max_seconds), limit=limit)
+    # Never feed a queue nobody consumes (it would only grow); the hand-off
+    # rule re-sends these laps once a worker of their version is alive.
+    return [d for d in due if (d.agent_name, d.agent_version) in live]
+
+
+def heartbeat(conn: Connection, worker: str, versions: Sequence[tuple[str, str]], *,
+              now: datetime) -> None:
+    """Replace ``worker``'s rows with fresh ones, on the database's clock; rows
+    of workers silent for a day go too (they died without saying so)."""
+    seen = read_now(conn, now)
+    conn.execute(delete(served_versions).where(or_(
+        served_versions.c.worker == worker, served_versions.c.seen_at < seen - timedelta(days=1))))
+    if versions:
+        conn.execute(insert(served_versions), [
+            {"worker": worker, "agent_name": n, "agent_version": v, "seen_at": seen}
+            for n, v in set(versions)])
+
+
+def live_versions(conn: Connection, now: datetime) -> set[tuple[str, str]]:
+    """The (agent, version) pairs some live worker serves, by its heartbeat."""
+    rows = conn.execute(
+        select(served_versions.c.agent_name, served_versions.c.agent_version).distinct()
+        .where(served_versions.c.seen_at > now - timedelta(seconds=SERVED_TTL_SECONDS)))
+    return {(r.agent_name, r.agent_version) for r in rows}
+
+
+def _resend_unclaimed(conn: Connection, now: datetime, live: set[tuple[str, str]], *,
+                      handoff: timedelta, most: timedelta, limit: int) -> list[DueLap]:
+    """Re-send queued laps whose hand-off expired unclaimed (issue 14, bug 10).
+
+    The message of a queued run holds the run like a lease with no owner: it
+    expires ``handoff`` (the lease TTL) after ``enqueued_at``, so a lap lost
+    with its message (a worker killed between commit and send, or during a
+    claim, or Redis killed at the send) is re-sent as soon as a lost worker's
+    lease would have been. Each re-send extends the expiry, kept in
+    ``lease_expires_at`` (unused while nobody holds the run), by the hand-off's
+    age so far: a run whose laps wait in a long backlog is re-sent at doubling
+    intervals (at most ``most`` apart), not once per sweep (bug 7)."""
+    if not live:
+        return []
+    expired = or_(runs.c.lease_expires_at < now, and_(
+        runs.c.lease_expires_at.is_(None),
+        or_(runs.c.enqueued_at.is_(None), runs.c.enqueued_at < now - handoff)))
+    served = or_(*(and_(runs.c.agent_name == n, runs.c.agent_version == v) for n, v in live))
+    rows = conn.execute(
+        select(runs.c.id, runs.c.enqueued_at, runs.c.next_lap, runs.c.agent_name,
+               runs.c.agent_version)
+        .where(runs.c.status == "queued", runs.c.lease_owner.is_(None), expired, served,
+               or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now))
+        .limit(limit).with_for_update(skip_locked=True, of=runs)
+    ).all()
+    if not rows:
+        return []
+    conn.execute(
+        update(runs).where(runs.c.id == bindparam("rid"))
+        .values(lease_expires_at=bindparam("expiry", type_=UTCDateTime()),
+                enqueued_at=bindparam("since", type_=UTCDateTime())),
+        [{"rid": r.id, "since": r.enqueued_at or now,
+          "expiry": now + min(max(now - (r.enqueued_at or now), handoff), most)}
+         for r in rows])
+    return [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in rows]
 
 
 def prune_batch(conn: Connection, *, checkpoints_before: datetime, ledger_before: datetime,

@@ -19,7 +19,7 @@ def make_app() -> Celery:
     s = get_settings()
     registry.import_modules(s.agent_modules.split(","))
     app = Celery("agent_worker", broker=s.broker_url,
-                 include=["tasks.lap", "tasks.sweeper", "tasks.logging"])
+                 include=["tasks.lap", "tasks.sweeper", "tasks.logging", "tasks.serving"])
     queues = [Queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [Queue(MAINT_QUEUE)]
     app.conf.update(
         # JSON only: a pickled message is code execution for whoever can write to Redis.

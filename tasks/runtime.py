@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery.signals import worker_process_init, worker_process_shutdown
 
+from agent_worker.clock import DatabaseClock
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
 from store.sql import SqlStore
@@ -16,8 +17,10 @@ def runtime() -> Runtime:
     global _runtime
     if _runtime is None:
         s = get_settings()
-        _runtime = Runtime(store=SqlStore(s.database_url), dispatcher=CeleryDispatcher(),
-                           settings=s)
+        store = SqlStore(s.database_url)
+        # Workers on many hosts agree on time only through the database's clock.
+        _runtime = Runtime(store=store, dispatcher=CeleryDispatcher(), settings=s,
+                           clock=DatabaseClock(store.current_time))
     return _runtime
 
 

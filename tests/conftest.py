@@ -50,10 +50,67 @@ def database_url(services: None) -> Iterator[str]:
         _unavailable(f"postgres not reachable at {PG_ADMIN}: {e}")
     url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
     upgrade(url)
+    _install_test_clock(url, name)
     yield url
     with admin.connect() as c:
         c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+def _install_test_clock(url: str, name: str) -> None:
+    """Give the test database a clock tests can move: every lease, timer and
+    timeout is compared on the database's ``now()`` (store.dbtime), so moving
+    worker clocks no longer fires a timer. A ``now()`` that adds
+    ``testclock.shift`` comes before ``pg_catalog`` on the database's
+    search_path; production databases have no such schema."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.execute(text("CREATE SCHEMA testclock"))
+        c.execute(text("CREATE TABLE testclock.shift (seconds double precision NOT NULL)"))
+        c.execute(text("INSERT INTO testclock.shift VALUES (0)"))
+        c.execute(text(
+            "CREATE FUNCTION testclock.now() RETURNS timestamptz LANGUAGE sql STABLE AS "
+            "$$ SELECT pg_catalog.now() + make_interval(secs => "
+            "(SELECT seconds FROM testclock.shift)) $$"))
+        c.execute(text(f'ALTER DATABASE "{name}" SET search_path = '
+                       '"$user", public, testclock, pg_catalog'))
+    engine.dispose()
+
+
+class DatabaseClock:
+    """Moves the test database's time (and so every lease, timer and timeout)."""
+
+    def __init__(self, url: str) -> None:
+        from sqlalchemy import create_engine
+
+        self.engine = create_engine(url, isolation_level="AUTOCOMMIT")
+
+    def advance(self, **delta: float) -> None:
+        from datetime import timedelta
+
+        from sqlalchemy import text
+
+        with self.engine.connect() as c:
+            c.execute(text("UPDATE testclock.shift SET seconds = seconds + :s"),
+                      {"s": timedelta(**delta).total_seconds()})
+
+    def reset(self) -> None:
+        from sqlalchemy import text
+
+        with self.engine.connect() as c:
+            c.execute(text("UPDATE testclock.shift SET seconds = 0"))
+        self.engine.dispose()
+
+
+@pytest.fixture
+def db_clock(database_url: str) -> Iterator[DatabaseClock]:
+    """The database's clock for one test; set back when the test ends, so a
+    jump of days cannot make later tests' timeouts fire early."""
+    clock = DatabaseClock(database_url)
+    yield clock
+    clock.reset()
 
 
 @pytest.fixture(scope="session")

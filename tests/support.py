@@ -18,6 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENTS = "agent_worker.demo.refund_desk,tests.agents"
 
 
+def default_timing() -> dict[str, str]:
+    """The default timing settings, as environment overrides for fleets whose
+    fixture shortened them (short timings hid bug 10 of issue 14)."""
+    from agent_worker.settings import Settings
+
+    return {f"AGENT_WORKER_{name.upper()}": str(Settings.model_fields[name].default)
+            for name in ("lease_ttl_seconds", "heartbeat_interval_seconds",
+                         "sweep_interval_seconds", "queued_overdue_seconds",
+                         "retry_backoff_seconds")}
+
+
 def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1,
              what: str = "condition") -> Any:
     """Poll ``cond`` until truthy; fail with ``what`` after ``timeout`` seconds."""

@@ -30,7 +30,7 @@ from agent_worker.api import AgentWorker
 from agent_worker.demo.vendor import start_vendor
 from store.retry import with_retry
 from tests.chaos.conftest import PrivatePostgres, PrivateRedis
-from tests.support import Fleet, Proc
+from tests.support import Fleet, Proc, default_timing
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
@@ -65,6 +65,9 @@ class Chaos:
     db: Engine
     rng: random.Random
     worker_env: dict[str, str]
+    #: Seconds between kills: shorter than a recovery with short timings (they
+    #: overlap), about half a recovery with the default ones.
+    kill_gap: tuple[float, float] = (2.5, 5.0)
     workers: list[Proc] = field(default_factory=list)
     kills: int = 0
     restarts: dict[str, str] = field(default_factory=dict)
@@ -79,7 +82,7 @@ class Chaos:
     def start(self) -> None:
         self.started = time.monotonic()
         self.workers = [self.spawn() for _ in range(WORKERS)]
-        self.next_kill = self.started + self.rng.uniform(2.5, 5)
+        self.next_kill = self.started + self.rng.uniform(*self.kill_gap)
 
     def spawn(self) -> Proc:
         return self.fleet.worker(concurrency=CONCURRENCY, **self.worker_env)
@@ -170,7 +173,7 @@ class Chaos:
             self.warm_shutdown()
         elif now >= self.next_kill and fraction < 0.92:
             self.kill_one()
-            self.next_kill = now + self.rng.uniform(2.5, 5)
+            self.next_kill = now + self.rng.uniform(*self.kill_gap)
         for w in self.workers:  # a crash we did not cause is a finding: replace and count
             if not w.alive():
                 self.workers.remove(w)
@@ -187,30 +190,39 @@ def _vendor_applied(db_path: Path) -> list[tuple[str, str]]:
     return [(k, json.loads(req)["order_id"]) for k, req in rows]
 
 
+#: Timings: the fixture's shortened ones (a large workload), and once the
+#: defaults (lease 10 s, sweep 2 s, re-send cap 60 s) on a smaller one, so a
+#: recovery that only short timings make quick cannot hide (issue 14, bug 10).
+TIMINGS = {"short": ({}, RUNS, LAPS, (2.5, 5.0)),
+           "default": (default_timing(), max(RUNS // 5, 1), LAPS, (5.0, 8.0))}
+
+
+@pytest.mark.parametrize("timing", list(TIMINGS))
 def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
                      private_redis: PrivateRedis, database_url: str, tmp_path: Path,
-                     capsys: pytest.CaptureFixture[str]) -> None:
+                     capsys: pytest.CaptureFixture[str], timing: str) -> None:
+    timing_env, n_runs, n_laps, kill_gap = TIMINGS[timing]
     rng = random.Random(SEED)
     with capsys.disabled():
-        print(f"\nchaos: seed {SEED} (replay with AW_CHAOS_SEED={SEED}), {RUNS} runs x "
-              f"{LAPS} laps, {WORKERS} workers x {CONCURRENCY}")
+        print(f"\nchaos ({timing} timings): seed {SEED} (replay with AW_CHAOS_SEED={SEED}), "
+              f"{n_runs} runs x {n_laps} laps, {WORKERS} workers x {CONCURRENCY}")
     db = create_engine(database_url, pool_pre_ping=True)
     vendor_db = tmp_path / "vendor.db"
     with start_vendor(vendor_db) as vendor:
         env = {"AGENT_WORKER_VENDOR_URL": vendor.url, "REMAP_SIGTERM": "SIGQUIT",
-               "AGENT_WORKER_SOFT_SHUTDOWN_TIMEOUT_SECONDS": "2"}
-        chaos = Chaos(aw, fleet, private_pg, private_redis, db, rng, env)
+               "AGENT_WORKER_SOFT_SHUTDOWN_TIMEOUT_SECONDS": "2", **timing_env}
+        chaos = Chaos(aw, fleet, private_pg, private_redis, db, rng, env, kill_gap)
         chaos.start()
-        fleet.beat()
-        for i in range(RUNS):
-            aw.start_run("chaos-mix", {"tag": f"r{i}", "laps": LAPS, "amount": AMOUNT},
+        fleet.beat(**timing_env)
+        for i in range(n_runs):
+            aw.start_run("chaos-mix", {"tag": f"r{i}", "laps": n_laps, "amount": AMOUNT},
                          run_id=f"chaos-{i}")
-        total = RUNS * (LAPS + 1)
+        total = n_runs * (n_laps + 1)
         deadline = chaos.started + BUDGET_SECONDS
         finished = 0
         while time.monotonic() < deadline:
             committed, finished = chaos.progress()
-            if finished == RUNS:
+            if finished == n_runs:
                 break
             chaos.tick(committed / total)
             time.sleep(0.5)
@@ -241,7 +253,7 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
     by_key = Counter(k for k, _ in applied)
     by_order = Counter(o for _, o in applied)
     ledger_applied = {k for k, s in ledger.items() if s == "applied"}
-    expected_orders = {f"r{i}-{lap}" for i in range(RUNS) for lap in range(2, LAPS + 1, 2)}
+    expected_orders = {f"r{i}-{lap}" for i in range(n_runs) for lap in range(2, n_laps + 1, 2)}
     duplicates = (sum(n - 1 for n in by_key.values() if n > 1)
                   + sum(n - 1 for n in by_order.values() if n > 1))
     lost = len(ledger_applied - set(by_key)) + len(expected_orders - set(by_order))
@@ -249,8 +261,8 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
                        and r.seconds is not None]
     warm = [r.seconds for r in chaos.recoveries if r.kind == "warm" and r.laps]
     figures = {
-        "seed": SEED, "runs": RUNS, "laps_committed": sum(r.n for r in commits),
-        "laps_per_run": LAPS + 1, "kills": chaos.kills, "restarts": chaos.restarts,
+        "timing": timing, "seed": SEED, "runs": n_runs, "laps_committed": sum(r.n for r in commits),
+        "laps_per_run": n_laps + 1, "kills": chaos.kills, "restarts": chaos.restarts,
         "recovered_laps": recovered, "vendor_effects": stats["applied"],
         "duplicates": duplicates, "lost_effects": lost,
         "worst_recovery_s": round(max(done_recoveries, default=0.0), 1),
@@ -265,17 +277,17 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
     if os.environ.get("AW_CHAOS_REPORT"):
         Path(os.environ["AW_CHAOS_REPORT"]).write_text(json.dumps(figures, indent=2))
 
-    assert finished == RUNS, f"runs still unfinished after {BUDGET_SECONDS}s: {stuck[:10]}"
+    assert finished == n_runs, f"runs still unfinished after {BUDGET_SECONDS}s: {stuck[:10]}"
     # Every run succeeded and none is stuck (no lease left behind).
-    assert statuses == Counter({"succeeded": RUNS}), statuses
+    assert statuses == Counter({"succeeded": n_runs}), statuses
     assert not stuck, stuck[:10]
     # Every lap committed exactly once: one commit event per lap, checkpoints 0..N.
     assert all(r.n == 1 for r in commits), [r for r in commits if r.n != 1][:10]
     assert len(commits) == total
-    assert all(list(r.laps) == list(range(LAPS + 2)) for r in ckpts) and len(ckpts) == RUNS
+    assert all(list(r.laps) == list(range(n_laps + 2)) for r in ckpts) and len(ckpts) == n_runs
     # No half lap and none twice: the prompt, then assistant + tool result per lap,
     # then the final answer.
-    want = {0: 1, **{lap: 2 for lap in range(1, LAPS + 1)}, LAPS + 1: 1}
+    want = {0: 1, **{lap: 2 for lap in range(1, n_laps + 1)}, n_laps + 1: 1}
     assert all(want[r.lap] == r.n for r in per_lap_msgs), \
         [r for r in per_lap_msgs if want.get(r.lap) != r.n][:10]
     # The vendor's applied effects are exactly the ledger's: no duplicate, none lost.

@@ -30,6 +30,7 @@ from agent_worker.errors import AlreadyDecidedError
 from store.rows import runs
 from store.sql import SqlStore
 from tests.agents import OffsetClock
+from tests.conftest import DatabaseClock
 from tests.support import Fleet, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -101,14 +102,27 @@ def test_approval_waits_with_no_worker_alive(aw: AgentWorker, fleet: Fleet,
 
 
 def test_timers_and_timeouts_fire_through_the_sweeper_across_restarts(
-        aw: AgentWorker, fleet: Fleet, vendor: VendorProcess, tmp_path: Path) -> None:
+        aw: AgentWorker, fleet: Fleet, vendor: VendorProcess, tmp_path: Path,
+        db_clock: DatabaseClock) -> None:
     """An approval timeout (7 days), a sleep (1 day) and a signal timeout (1 hour):
-    each fires when the fleet clock passes it and a sweep runs, while no worker
-    is alive; workers started afterwards run the woken laps."""
-    clock = OffsetClock(tmp_path / "clock")
+    each fires when the clock passes it and a sweep runs, while no worker is
+    alive; workers started afterwards run the woken laps. Timers are compared
+    on the database's clock, so the database's time moves with the fleet's."""
+    fleet_clock = OffsetClock(tmp_path / "clock")
+
+    class Both:
+        path = fleet_clock.path
+        now = fleet_clock.now
+
+        @staticmethod
+        def advance(**delta: float) -> None:
+            fleet_clock.advance(**delta)
+            db_clock.advance(**delta)
+
+    clock = Both()
     env = {"AGENT_WORKER_VENDOR_URL": vendor.url,
            "AGENT_WORKER_TEST_CLOCK_FILE": str(clock.path)}
-    aw.rt.clock = clock
+    aw.rt.clock = fleet_clock
     first = fleet.worker(concurrency=2, **env)
     approval = aw.start_run("pauses", _plan(WIRE)).id
     sleeper = aw.start_run("pauses", _plan(["sleep", {"seconds": 86400}])).id
@@ -136,7 +150,10 @@ def test_timers_and_timeouts_fire_through_the_sweeper_across_restarts(
     [timed_out] = aw.list_approvals(status="timed_out", run_id=approval)
     assert timed_out.decided_by == "system:timeout"
 
+    # No worker was alive to serve these laps when they woke, so nothing was
+    # sent; once one is, the sweeper re-sends the unclaimed hand-offs.
     fleet.worker(concurrency=2, **env)
+    fleet.beat(**env)
     for rid in (approval, sleeper, waiter):
         done = aw.wait(rid, timeout=120)
         assert done.status == "succeeded", done.error_detail

@@ -3,8 +3,9 @@ mode) and Postgres (production). Pure store behaviour, no workers."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +30,22 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     s = SqlStore(url)
     yield s
     s.dispose()
+
+
+@pytest.fixture
+def travel(store: SqlStore, request: pytest.FixtureRequest) -> Callable[[float], datetime]:
+    """Let ``seconds`` more pass on the store's clock; returns the caller's
+    ``now`` then. SQLite's clock is the caller's (store.dbtime); Postgres keeps its own,
+    which the test database lets us move."""
+    passed = [0.0]
+
+    def go(seconds: float) -> datetime:
+        if store.engine.dialect.name == "postgresql":
+            request.getfixturevalue("db_clock").advance(seconds=seconds)
+        passed[0] += seconds
+        return NOW + timedelta(seconds=passed[0])
+
+    return go
 
 
 def _new(run_id: str, now: datetime = NOW) -> NewRun:
@@ -73,11 +90,12 @@ def test_claim_is_exclusive_while_lease_lives(store: SqlStore) -> None:
     assert [m.message.content for m in a.window] == ["hi"]
 
 
-def test_stale_owner_cannot_commit_after_lease_is_taken(store: SqlStore) -> None:
+def test_stale_owner_cannot_commit_after_lease_is_taken(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid = _uid("r")
     store.create_run(_new(rid))
     assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=1, window_messages=10)
-    later = NOW + timedelta(seconds=5)
+    later = travel(5)
     assert store.claim(rid, 1, owner="b", now=later, lease_seconds=10, window_messages=10)
     assert _commit(store, rid, 1, "a", 1) is False
     assert _commit(store, rid, 1, "b", 1) is True
@@ -136,18 +154,20 @@ def test_effect_intent_refuses_other_arguments(store: SqlStore) -> None:
     assert effect.status == "applied" and effect.result == {"ok": True}
 
 
-def test_sweeper_recovers_expired_lease_and_overdue_queue(store: SqlStore) -> None:
+def test_sweeper_recovers_expired_lease_and_overdue_queue(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid, rid2 = _uid("dead"), _uid("lost")
     store.create_run(_new(rid))
     store.create_run(_new(rid2))
     assert store.claim(rid, 1, owner="dead", now=NOW, lease_seconds=1, window_messages=10)
-    later = NOW + timedelta(seconds=120)
-    due = {d.run_id for d in store.sweep(now=later, overdue_before=later - timedelta(seconds=60))}
+    later = travel(120)
+    store.heartbeat("w1", [("a", "1")], now=later)
+    due = {d.run_id for d in store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)}
     assert {rid, rid2} <= due
     run = store.get_run(rid)
     assert run is not None and run.status == "queued" and run.recoveries == 1
     # A second sweep right after finds nothing new: sent laps are marked sent.
-    again = store.sweep(now=later, overdue_before=later - timedelta(seconds=60))
+    again = store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)
     assert not {rid, rid2} & {d.run_id for d in again}
 
 
@@ -227,3 +247,39 @@ def test_text_the_rule_keeps_round_trips_byte_for_byte(store: SqlStore) -> None:
     cancelled = store.get_run(other)
     assert cancelled is not None
     assert (cancelled.cancel_reason, cancelled.cancelled_by) == (KEPT, KEPT)
+
+
+def test_unclaimed_hand_off_is_resent_after_the_lease_ttl_then_backs_off(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+    """A queued lap nobody claims is re-sent one lease TTL (10 s) after its
+    send, then at doubling intervals capped at 60 s: not once per sweep."""
+    rid = _uid("handoff")
+    store.create_run(_new(rid))
+    resent_at: list[int] = []
+    for second in range(1, 181):
+        now = travel(1)
+        store.heartbeat("w1", [("a", "1")], now=now)
+        if rid in {d.run_id for d in store.sweep(now=now, handoff_seconds=10,
+                                                 resend_max_seconds=60)}:
+            resent_at.append(second)
+    # Each gap is the hand-off's age at the last re-send (doubling), capped at
+    # 60 s; a sweep sees an expiry one tick after it passes, and Postgres' clock
+    # also moves by the test's own run time (about a second).
+    gaps = [b - a for a, b in itertools.pairwise(resent_at)]
+    assert resent_at[0] in (10, 11) and len(gaps) == 4, resent_at
+    assert all(want - 3 <= gap <= want * 1.1 + 1
+               for gap, want in zip(gaps, [11, 22, 44, 60], strict=True)), gaps
+
+
+def test_sweeper_sends_nothing_to_a_version_no_live_worker_serves(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+    rid = _uid("unserved")
+    store.create_run(_new(rid))
+    store.heartbeat("w1", [("a", "2")], now=travel(0))
+    assert store.sweep(now=travel(120), handoff_seconds=10, resend_max_seconds=60) == []
+    store.heartbeat("w2", [("a", "1")], now=travel(0))
+    assert [d.run_id for d in store.sweep(now=travel(0), handoff_seconds=10,
+                                          resend_max_seconds=60)] == [rid]
+    # A worker silent for longer than its heartbeat TTL no longer counts.
+    later = travel(600)
+    assert store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60) == []

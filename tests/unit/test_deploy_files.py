@@ -66,6 +66,7 @@ ALERT_METRICS = [
     'agent_worker_runs{status="failed"}',
     "agent_worker_run_budget_exceeded_total",
     "agent_worker_pending_approvals_oldest_age_seconds",
+    "agent_worker_unserved_runs",
 ]
 UNITS = [
     "agent-worker-worker@.service",
@@ -568,6 +569,9 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"series": "agent_worker_run_budget_exceeded_total", "values": "0x10 1x50"},
             # Oldest approval ages 10 minutes per minute: past 4 h at minute 25.
             {"series": "agent_worker_pending_approvals_oldest_age_seconds", "values": "0+600x60"},
+            # 40 runs of a retired version wait from minute 5 on.
+            {"series": 'agent_worker_unserved_runs{agent="a",version="1"}',
+             "values": "0x5 40x55"},
         ],
         "alert_rule_test": [
             quiet("AgentWorkerStaleRuns", "5m"),
@@ -578,6 +582,10 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             quiet("AgentWorkerApprovalWaitingLong", "20m"),
             fires("AgentWorkerApprovalWaitingLong", "35m", "info"),
             quiet("AgentWorkerMetricsAbsent", "30m"),
+            quiet("AgentWorkerVersionUnserved", "10m"),
+            {"eval_time": "20m", "alertname": "AgentWorkerVersionUnserved",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "agent": "a",
+                                            "version": "1"}}]},
         ],
     }
     healthy = {
@@ -587,6 +595,7 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"series": 'agent_worker_runs{status="failed"}', "values": "7x60"},
             {"series": "agent_worker_run_budget_exceeded_total", "values": "3x60"},
             {"series": "agent_worker_pending_approvals_oldest_age_seconds", "values": "60x60"},
+            {"series": 'agent_worker_unserved_runs{agent="a",version="1"}', "values": "0x60"},
         ],
         "alert_rule_test": [
             quiet(name, "40m")
@@ -596,6 +605,7 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
                 "AgentWorkerRunBudgetExceeded",
                 "AgentWorkerApprovalWaitingLong",
                 "AgentWorkerMetricsAbsent",
+                "AgentWorkerVersionUnserved",
             )
         ],
     }
@@ -824,12 +834,31 @@ def test_dockerfile_passes_hadolint() -> None:
 def test_procfile_processes() -> None:
     processes = procfile()
     assert set(processes) == {"worker", "beat", "flower", "metrics"}
-    worker = shlex.split(processes["worker"])
+    sh, flag, loop = shlex.split(processes["worker"])
+    assert (sh, flag) == ("sh", "-c")
+    [inner] = re.findall(r"do (.+?) & pid=", loop)
+    worker = shlex.split(inner)
     assert worker[0] == "REMAP_SIGTERM=SIGQUIT"
     assert worker[1:] == ["celery", *WORKER_ARGS]
     assert shlex.split(processes["beat"])[:4] == ["celery", "-A", "tasks", "beat"]
     assert shlex.split(processes["flower"])[:4] == ["celery", "-A", "tasks", "flower"]
     assert shlex.split(processes["metrics"])[:2] == ["agent-worker", "metrics"]
+
+
+def test_procfile_worker_is_restarted_when_it_dies(tmp_path: Path) -> None:
+    """foreman/honcho do not restart processes: the worker line does, and a
+    clean exit ends it. A stand-in ``celery`` crashes once, then exits 0."""
+    fake = tmp_path / "celery"
+    fake.write_text('#!/bin/sh\necho run >> "$RUNS"\n'
+                    '[ "$(wc -l < "$RUNS")" -ge 2 ] && exit 0\nexit 1\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}",
+           "RUNS": str(tmp_path / "runs")}
+    done = subprocess.run(shlex.split(procfile()["worker"]), env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "runs").read_text().split() == ["run", "run"]
+    assert "restarting in 5 s" in done.stderr
 
 
 # --------------------------------------------------------------------------- systemd
