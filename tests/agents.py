@@ -324,3 +324,30 @@ def _anthropic() -> Any:
 # Real provider clients against the loopback fake server (tests/integration/test_providers.py).
 register(Agent(name="openai-agent", model=_openai, tools=[step], window_messages=200))
 register(Agent(name="anthropic-agent", model=_anthropic, tools=[step], window_messages=200))
+
+
+# ``rolling`` at two versions for the rolling-deploy test: a worker started with
+# AGENT_WORKER_TEST_ROLLING=1 or =2 knows only that version (old and new code);
+# any other process knows both. Each model turn says which version made it.
+def _rolling_model(version: str) -> Any:
+    def script(r: ModelRequest) -> ModelResponse:
+        p = params(r)
+        if r.lap >= int(p.get("laps", 20)):
+            return turn(f"v{version} done")
+        return turn(f"v{version} lap {r.lap}",
+                    [("step", {"n": r.lap, "pause": float(p.get("pause", 0))})])
+
+    return lambda: ScriptedModel(script)
+
+
+def _rolling_migrate(ckpt: Any, from_version: str) -> Any:
+    return ckpt.model_copy(update={"facts": {**ckpt.facts, "migrated_from": from_version}})
+
+
+_ROLLING = os.environ.get("AGENT_WORKER_TEST_ROLLING", "")
+if _ROLLING in ("", "1"):
+    register(Agent(name="rolling", version="1", model=_rolling_model("1"), tools=[step],
+                   window_messages=2000))
+if _ROLLING in ("", "2"):
+    register(Agent(name="rolling", version="2", model=_rolling_model("2"), tools=[step],
+                   window_messages=2000, resumes=("1",), migrate=_rolling_migrate))
