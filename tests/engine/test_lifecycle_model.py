@@ -1,0 +1,457 @@
+"""A model-based test of the run lifecycle (issue 14): hypothesis drives a real
+Postgres store and the real lap engine, in process, through random
+interleavings of laps and crashes at the protocol's fault points, duplicate,
+late and lost deliveries, signals, approvals and rejections, cancels, retries,
+forks, effect resolutions, sweeps, clock jumps, retention pruning and a deploy
+of a new agent version; after every step it checks the invariants of
+DESIGN.md, and at the end that every run can still be finished.
+
+A crash is a ``Crash`` (a ``BaseException``, so the lap cannot catch it)
+raised at a fault point: the lap stops there with its lease held, exactly as
+when its worker is SIGKILLed. The outside world is one fake vendor that counts
+what really happened per idempotency key.
+
+CI runs ``AGENT_WORKER_MODEL_EXAMPLES`` (default 200) examples; a soak runs
+thousands: ``AGENT_WORKER_MODEL_EXAMPLES=5000 python -m pytest -p no:cacheprovider
+tests/engine/test_lifecycle_model.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from sqlalchemy import func, select
+
+from agent_worker import InProcessWorker, ScriptedModel, tool, turn
+from agent_worker.agent import Agent, Registry
+from agent_worker.clock import ManualClock
+from agent_worker.control import sleep_tool, wait_for_signal_tool
+from agent_worker.engine.lap import run_lap
+from agent_worker.errors import AgentWorkerError
+from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.model.scripted import model_turns
+from agent_worker.tools import ToolContext
+from store.base import TERMINAL, DueLap
+from store.db import make_engine
+from store.rows import effects, events, runs
+from store.sql import SqlStore
+
+EXAMPLES = int(os.environ.get("AGENT_WORKER_MODEL_EXAMPLES", "200"))
+STORE_POINTS = ("after_claim", "after_model_journal", "after_outcome", "after_commit")
+TOOL_POINTS = ("before_apply", "after_apply", "tool_error")
+
+
+class Crash(BaseException):
+    """The worker died here (a BaseException: nothing in the lap catches it)."""
+
+
+class World:
+    """The fake vendor and the armed fault, shared by the tools and the store."""
+
+    def __init__(self) -> None:
+        self.applied: Counter[str] = Counter()
+        self.released: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self.armed: str | None = None
+
+    def fire(self, point: str) -> None:
+        if self.armed == point:
+            self.armed = None
+            if point == "tool_error":
+                raise RuntimeError("the vendor answered 503")
+            raise Crash(point)
+
+    def apply(self, key: str, *, dedup: bool) -> dict[str, str]:
+        self.calls[key] += 1
+        self.fire("before_apply")
+        self.fire("tool_error")
+        if not (dedup and self.applied[key]):
+            self.applied[key] += 1
+        self.fire("after_apply")
+        return {"id": f"v-{key}"}
+
+    def find(self, key: str) -> dict[str, str] | None:
+        return {"id": f"v-{key}"} if self.applied[key] else None
+
+    def release(self, key: str) -> dict[str, str]:
+        original = key.removesuffix(":undo")
+        if not self.released[original]:
+            self.released[original] += 1
+        return {"released": original}
+
+
+WORLD = World()
+
+
+@tool(kind="idempotent")
+def pay(amount: int, ctx: ToolContext) -> dict[str, str]:
+    """Idempotent: the vendor honours the key."""
+    return WORLD.apply(ctx.idempotency_key, dedup=True)
+
+
+@tool(kind="compensatable", lookup=lambda key: WORLD.find(key))
+def book(item: int, ctx: ToolContext) -> dict[str, str]:
+    """Not idempotent, has a lookup, undone by a release."""
+    return WORLD.apply(ctx.idempotency_key, dedup=False)
+
+
+@tool(kind="compensatable")
+def charge(item: int, ctx: ToolContext) -> dict[str, str]:
+    """Not idempotent, no lookup: a crash mid-call needs a human."""
+    return WORLD.apply(ctx.idempotency_key, dedup=False)
+
+
+@tool(kind="irreversible")
+def wire(amount: int, ctx: ToolContext) -> dict[str, str]:
+    """Irreversible: approved by a human first; no lookup."""
+    return WORLD.apply(ctx.idempotency_key, dedup=False)
+
+
+def _undo(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, str]:
+    return WORLD.release(ctx.idempotency_key)
+
+
+book.compensator(_undo)
+charge.compensator(_undo)
+
+
+@tool
+def note(text: str) -> str:
+    """A read."""
+    return text
+
+
+def _script(r: ModelRequest) -> ModelResponse:
+    plan: list[Any] = json.loads(next(m for m in r.messages if m.role == "user").content)
+    k = model_turns(r)
+    if k >= len(plan):
+        return turn("done")
+    return turn(f"turn {k}", [tuple(c) for c in plan[k]])
+
+
+V1 = Agent(name="model-run", version="1", model=ScriptedModel(_script),
+           tools=[pay, book, charge, wire, note, sleep_tool, wait_for_signal_tool],
+           window_messages=500, approval_timeout=timedelta(hours=1))
+V2 = replace(V1, version="2", resumes=("1",))
+
+CALLS = st.one_of(
+    st.builds(lambda a: ["pay", {"amount": a}], st.integers(1, 3)),
+    st.builds(lambda a: ["book", {"item": a}], st.integers(1, 3)),
+    st.builds(lambda a: ["charge", {"item": a}], st.integers(1, 3)),
+    st.builds(lambda a: ["wire", {"amount": a}], st.integers(1, 3)),
+    st.just(["note", {"text": "x"}]),
+    st.just(["sleep", {"seconds": 30}]),
+    st.builds(lambda n, t: ["wait_for_signal", {"name": n, "timeout_seconds": t}],
+              st.sampled_from(["a", "b"]), st.sampled_from([600, None])),
+)
+PLANS = st.lists(st.lists(CALLS, min_size=1, max_size=2), min_size=1, max_size=4)
+
+
+class FaultyStore:
+    """The real store, with the armed crash raised right after the named step."""
+
+    def __init__(self, inner: SqlStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _then(self, point: str, value: Any) -> Any:
+        WORLD.fire(point)
+        return value
+
+    def claim(self, *a: Any, **k: Any) -> Any:
+        return self._then("after_claim", self.inner.claim(*a, **k))
+
+    def journal_model_output(self, *a: Any, **k: Any) -> Any:
+        return self._then("after_model_journal", self.inner.journal_model_output(*a, **k))
+
+    def finish_effect(self, *a: Any, **k: Any) -> Any:
+        return self._then("after_outcome", self.inner.finish_effect(*a, **k))
+
+    def commit_lap(self, *a: Any, **k: Any) -> Any:
+        return self._then("after_commit", self.inner.commit_lap(*a, **k))
+
+
+class Lifecycle(RuleBasedStateMachine):
+    runs = Bundle("runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        global WORLD
+        WORLD = World()
+        self.w = _worker()
+        self.w.queue.pending.clear()
+        self.w.rt.registry = Registry()
+        self.w.rt.registry.register(V1)
+        store = self.w.rt.store
+        assert isinstance(store, FaultyStore)
+        self.store = store.inner
+        self.clock = CLOCK
+        self.delivered: list[DueLap] = []
+        self.ids: list[str] = []
+        self.terminal: dict[str, str] = {}
+        self.spent: dict[str, tuple[int, int, int, int]] = {}
+        self.compensated: set[str] = set()
+
+    # --- starting runs ------------------------------------------------------------
+
+    @initialize(target=runs, plan=PLANS)
+    def first_run(self, plan: list[Any]) -> str:
+        return self._start(plan)
+
+    @precondition(lambda self: len(self.ids) < 4)
+    @rule(target=runs, plan=PLANS)
+    def start(self, plan: list[Any]) -> str:
+        return self._start(plan)
+
+    def _start(self, plan: list[Any]) -> str:
+        run = self.w.start_run(V1.name, plan)
+        self.ids.append(run.id)
+        return run.id
+
+    # --- deliveries and faults ---------------------------------------------------
+
+    @precondition(lambda self: self.w.queue.pending)
+    @rule(i=st.integers(0, 50), fault=st.sampled_from((None,) * 6 + STORE_POINTS + TOOL_POINTS))
+    def deliver(self, i: int, fault: str | None) -> None:
+        """The broker hands one queued message to a worker, which may die."""
+        pending = self.w.queue.pending
+        lap = pending[i % len(pending)]
+        pending.remove(lap)
+        self._lap(lap, fault)
+
+    @precondition(lambda self: self.w.queue.pending)
+    @rule(i=st.integers(0, 50))
+    def duplicate(self, i: int) -> None:
+        """A redelivery of a message that is still queued (visibility timeout)."""
+        pending = self.w.queue.pending
+        self._lap(pending[i % len(pending)], None)
+
+    @precondition(lambda self: self.delivered)
+    @rule(i=st.integers(0, 50))
+    def late(self, i: int) -> None:
+        """An old message arrives again, long after its lap was handled."""
+        self._lap(self.delivered[i % len(self.delivered)], None)
+
+    @precondition(lambda self: self.w.queue.pending)
+    @rule(i=st.integers(0, 50))
+    def lose(self, i: int) -> None:
+        """Redis loses a message."""
+        pending = self.w.queue.pending
+        pending.remove(pending[i % len(pending)])
+
+    def _lap(self, lap: DueLap, fault: str | None) -> None:
+        self.delivered.append(lap)
+        WORLD.armed = fault
+        try:
+            run_lap(self.w.rt, lap.run_id, lap.lap)
+        except Crash:
+            pass
+        finally:
+            WORLD.armed = None
+
+    # --- time and the sweeper --------------------------------------------------------
+
+    @rule(seconds=st.sampled_from([1, 31, 61, 601, 3601]))
+    def time_passes(self, seconds: int) -> None:
+        self.clock.advance(seconds=seconds)
+
+    @rule()
+    def sweep(self) -> None:
+        self.w.sweep()
+
+    @rule()
+    def prune(self) -> None:
+        """Retention with both ages at zero: every finished run loses its history."""
+        now = self.clock.now()
+        self.store.prune(checkpoints_before=now, ledger_before=now + timedelta(seconds=1),
+                         batch=500)
+
+    @precondition(lambda self: self.w.rt.registry.resolve(V1.name, "2") is None)
+    @rule()
+    def deploy(self) -> None:
+        """Version 2 (resumes 1) replaces version 1 on the only worker."""
+        registry = Registry()
+        registry.register(V2)
+        self.w.rt.registry = registry
+
+    # --- operator verbs ----------------------------------------------------------------
+
+    @rule(run_id=runs, name=st.sampled_from(["a", "b"]))
+    def signal(self, run_id: str, name: str) -> None:
+        self._verb(lambda: self.w.send_signal(run_id, name, {"n": 1}))
+
+    @rule(run_id=runs, approved=st.booleans())
+    def decide(self, run_id: str, approved: bool) -> None:
+        for a in self.w.list_approvals(run_id=run_id):
+            self._verb(lambda a=a: (self.w.approve if approved else self.w.reject)(a.id,
+                                                                                   by="alice"))
+
+    @rule(run_id=runs)
+    def cancel(self, run_id: str) -> None:
+        self._verb(lambda: self.w.cancel(run_id, reason="model test", by="carol"))
+
+    @rule(run_id=runs)
+    def retry(self, run_id: str) -> None:
+        if self._verb(lambda: self.w.retry(run_id, by="ops")):
+            self.terminal.pop(run_id, None)
+
+    @precondition(lambda self: len(self.ids) < 6)
+    @rule(target=runs, run_id=runs, back=st.integers(0, 3))
+    def fork(self, run_id: str, back: int) -> str:
+        run = self.w.get_run(run_id)
+        forked: list[str] = []
+        self._verb(lambda: forked.append(self.w.fork(run_id, max(run.lap - back, 0)).id))
+        self.ids.extend(forked)
+        return forked[0] if forked else run_id
+
+    @rule(run_id=runs)
+    def resolve(self, run_id: str) -> None:
+        """A human looks at the vendor's dashboard and says what really happened."""
+        for e in self.store.list_effects(run_id):
+            if e.status == "unknown":
+                landed = WORLD.find(e.key)
+                self._verb(lambda e=e, landed=landed: self.w.resolve_effect(
+                    e.key, applied=landed is not None, by="ops", result=landed))
+
+    def _verb(self, call: Any) -> bool:
+        """An operator verb; a clear refusal is a fine answer."""
+        try:
+            call()
+        except AgentWorkerError:
+            return False
+        return True
+
+    # --- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def guarantees_hold(self) -> None:
+        for key, n in WORLD.applied.items():
+            assert n <= 1, f"effect {key} applied {n} times"
+        with self.store.engine.connect() as c:
+            rows = {r.id: r for r in c.execute(select(runs).where(runs.c.id.in_(self.ids)))}
+            twice = c.execute(
+                select(events.c.run_id, events.c.lap).where(
+                    events.c.kind == "lap_committed", events.c.run_id.in_(self.ids))
+                .group_by(events.c.run_id, events.c.lap).having(func.count() > 1)).all()
+            ledger = {e.key: e for e in c.execute(
+                select(effects).where(effects.c.run_id.in_(self.ids)))}
+        assert not twice, f"laps committed twice: {twice}"
+        for key in self.compensated & ledger.keys():
+            assert ledger[key].status == "compensated", f"{key} resurrected"
+            assert WORLD.applied[key] == WORLD.released[key] == 1
+        self.compensated |= {k for k, e in ledger.items() if e.status == "compensated"}
+        for run_id in self.ids:
+            self._check(rows[run_id], ledger)
+
+    def _check(self, run: Any, ledger: dict[str, Any]) -> None:
+        if run.id in self.terminal:
+            assert run.status == self.terminal[run.id], (
+                f"{run.id} left {self.terminal[run.id]} for {run.status}")
+        elif run.status in TERMINAL:
+            self.terminal[run.id] = run.status
+        spent = (run.laps_used, run.input_tokens, run.output_tokens, run.cost_micros)
+        before = self.spent.get(run.id, (0, 0, 0, 0))
+        assert all(a >= b for a, b in zip(spent, before, strict=True)), (before, spent)
+        self.spent[run.id] = spent
+        if run.status == "waiting":
+            self._waits_on_something(run.id, run.waiting_for, ledger)
+        if run.status == "sleeping":
+            assert run.wake_at is not None, f"{run.id} sleeps with no timer"
+
+    def _waits_on_something(self, run_id: str, waiting_for: str | None,
+                            effects: dict[str, Any]) -> None:
+        """Nothing stuck silently: a waiting run waits on a named human action
+        that has not happened yet (one that did would be a lost wake-up)."""
+        kind, _, name = (waiting_for or "").partition(":")
+        if kind == "approval":
+            [approval] = [a for a in self.w.list_approvals(status="pending", run_id=run_id)
+                          if a.id == name] or [None]
+            assert approval is not None, f"{run_id} waits on a decided approval {name}"
+        elif kind == "signal":
+            assert not self.store.pending_signals(run_id, name), (
+                f"{run_id} waits for signal {name} that already arrived")
+        elif kind == "effect":
+            assert name in effects, f"{run_id} waits on effect {name}, which is gone"
+            assert effects[name].status == "unknown", (name, effects[name].status)
+        else:
+            assert kind in ("budget", "attention"), waiting_for
+
+    def teardown(self) -> None:
+        """Nothing stuck: with time, sweeps and truthful humans, every run ends."""
+        try:
+            for _ in range(30):
+                self.clock.advance(seconds=3601)
+                self.w.run_until_idle(max_laps=500)
+                waiting = [r for r in map(self.store.get_run, self.ids)
+                           if r is not None and not r.finished]
+                if not waiting:
+                    break
+                for run in waiting:
+                    kind, _, name = (run.waiting_for or "").partition(":")
+                    if kind == "effect":
+                        self.resolve(run.id)
+                    elif kind == "approval":
+                        self.decide(run.id, True)
+                    elif kind == "signal":
+                        self.signal(run.id, name)
+            stuck = [(r.id, r.status, r.waiting_for) for r in map(self.store.get_run, self.ids)
+                     if r is not None and not r.finished]
+            assert not stuck, f"runs that never finish: {stuck}"
+            self.guarantees_hold()
+        finally:
+            WORLD.armed = None
+
+
+#: One clock for every example: it only moves forward, like time.
+CLOCK = ManualClock(datetime.now(UTC))
+_workers: list[InProcessWorker] = []
+
+
+def _worker() -> InProcessWorker:
+    return _workers[0]
+
+
+@pytest.fixture
+def postgres(database_url: str) -> Iterator[None]:
+    """One worker for all examples (migrating the schema once), on the
+    session's fresh Postgres database."""
+    w = InProcessWorker(database_url, clock=CLOCK, retry_backoff_seconds=1,
+                        max_lap_attempts=3, lease_ttl_seconds=30, queued_overdue_seconds=60)
+    default = w.rt.store
+    assert isinstance(default, SqlStore)
+    default.dispose()
+    # Surviving a Postgres crash is the chaos suite's proof; this test is about
+    # interleavings, so its commits skip the fsync wait (10x more examples).
+    store = SqlStore(make_engine(database_url,
+                                 connect_args={"options": "-c synchronous_commit=off"}))
+    w.rt.store = FaultyStore(store)  # type: ignore[assignment]
+    _workers.append(w)
+    yield
+    _workers.clear()
+    store.dispose()
+
+
+def test_lifecycle_model(postgres: None) -> None:
+    run = settings(max_examples=EXAMPLES, stateful_step_count=20, deadline=None,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                   derandomize=not os.environ.get("AGENT_WORKER_MODEL_RANDOM"))(Lifecycle)
+    run.TestCase().runTest()
