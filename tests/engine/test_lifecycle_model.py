@@ -12,8 +12,8 @@ when its worker is SIGKILLed. The outside world is one fake vendor that counts
 what really happened per idempotency key.
 
 CI runs ``AGENT_WORKER_MODEL_EXAMPLES`` (default 200) examples; a soak runs
-thousands: ``AGENT_WORKER_MODEL_EXAMPLES=5000 python -m pytest -p no:cacheprovider
-tests/engine/test_lifecycle_model.py``.
+thousands of new ones: ``AGENT_WORKER_MODEL_EXAMPLES=5000 AGENT_WORKER_MODEL_RANDOM=1
+python -m pytest -p no:cacheprovider -o timeout=0 tests/engine/test_lifecycle_model.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -70,6 +70,14 @@ class World:
         self.released: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.armed: str | None = None
+        #: An operator verb that lands in the middle of the next lap, right
+        #: after the named store read: (read, verb).
+        self.meddle: tuple[str, Any] | None = None
+
+    def during(self, read: str) -> None:
+        if self.meddle is not None and self.meddle[0] == read:
+            verb, self.meddle = self.meddle[1], None
+            verb()
 
     def fire(self, point: str) -> None:
         if self.armed == point:
@@ -164,6 +172,16 @@ CALLS = st.one_of(
 PLANS = st.lists(st.lists(CALLS, min_size=1, max_size=2), min_size=1, max_size=4)
 
 
+#: Where in a lap an operator's act can land, and the acts that matter there.
+MEDDLING: dict[str, tuple[str, ...]] = {
+    "after_claim": ("cancel", "retry", "signal", "approve"),
+    "signals_read": ("signal",),
+    "approval_read": ("approve", "reject", "cancel"),
+    "after_intent": ("resolve", "cancel"),
+    "after_outcome": ("cancel", "resolve"),
+}
+
+
 class FaultyStore:
     """The real store, with the armed crash raised right after the named step."""
 
@@ -174,11 +192,21 @@ class FaultyStore:
         return getattr(self.inner, name)
 
     def _then(self, point: str, value: Any) -> Any:
+        WORLD.during(point)
         WORLD.fire(point)
         return value
 
     def claim(self, *a: Any, **k: Any) -> Any:
         return self._then("after_claim", self.inner.claim(*a, **k))
+
+    def pending_signals(self, *a: Any, **k: Any) -> Any:
+        return self._then("signals_read", self.inner.pending_signals(*a, **k))
+
+    def approval_for(self, *a: Any, **k: Any) -> Any:
+        return self._then("approval_read", self.inner.approval_for(*a, **k))
+
+    def begin_effect(self, *a: Any, **k: Any) -> Any:
+        return self._then("after_intent", self.inner.begin_effect(*a, **k))
 
     def journal_model_output(self, *a: Any, **k: Any) -> Any:
         return self._then("after_model_journal", self.inner.journal_model_output(*a, **k))
@@ -258,6 +286,25 @@ class Lifecycle(RuleBasedStateMachine):
         pending = self.w.queue.pending
         pending.remove(pending[i % len(pending)])
 
+    @precondition(lambda self: self.w.queue.pending)
+    @rule(i=st.integers(0, 50), read=st.sampled_from(sorted(MEDDLING)), pick=st.integers(0, 3))
+    def deliver_while_an_operator_acts(self, i: int, read: str, pick: int) -> None:
+        """A lap runs while an operator (or another process) acts on its run,
+        right after the lap read what that act changes."""
+        pending = self.w.queue.pending
+        lap = pending[i % len(pending)]
+        pending.remove(lap)
+        acts = {"signal": lambda: [self.signal(lap.run_id, n) for n in ("a", "b")],
+                "approve": lambda: self.decide(lap.run_id, True),
+                "reject": lambda: self.decide(lap.run_id, False),
+                "cancel": lambda: self.cancel(lap.run_id),
+                "retry": lambda: self.retry(lap.run_id),
+                "resolve": lambda: self.resolve(lap.run_id)}
+        verbs = MEDDLING[read]
+        verb = verbs[pick % len(verbs)]
+        WORLD.meddle = (read, acts[verb])
+        self._lap(lap, None)
+
     def _lap(self, lap: DueLap, fault: str | None) -> None:
         self.delivered.append(lap)
         WORLD.armed = fault
@@ -266,7 +313,7 @@ class Lifecycle(RuleBasedStateMachine):
         except Crash:
             pass
         finally:
-            WORLD.armed = None
+            WORLD.armed, WORLD.meddle = None, None
 
     # --- time and the sweeper --------------------------------------------------------
 
@@ -277,6 +324,11 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def sweep(self) -> None:
         self.w.sweep()
+        # Runs of earlier examples stay in the database; this example ignores
+        # them so that it replays the same way when hypothesis shrinks it.
+        pending = self.w.queue.pending
+        for lap in [lap for lap in pending if lap.run_id not in self.ids]:
+            pending.remove(lap)
 
     @rule()
     def prune(self) -> None:
@@ -400,7 +452,12 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             for _ in range(30):
                 self.clock.advance(seconds=3601)
-                self.w.run_until_idle(max_laps=500)
+                for _ in range(50):
+                    self.sweep()
+                    if not self.w.queue.pending:
+                        break
+                    while self.w.queue.pending:
+                        self._lap(self.w.queue.pending.popleft(), None)
                 waiting = [r for r in map(self.store.get_run, self.ids)
                            if r is not None and not r.finished]
                 if not waiting:
@@ -451,7 +508,13 @@ def postgres(database_url: str) -> Iterator[None]:
 
 
 def test_lifecycle_model(postgres: None) -> None:
-    run = settings(max_examples=EXAMPLES, stateful_step_count=20, deadline=None,
+    """CI: a fixed set of examples (derandomized, so CI is reproducible);
+    ``AGENT_WORKER_MODEL_RANDOM=1`` explores new ones (a soak), and
+    ``AGENT_WORKER_MODEL_NO_SHRINK=1`` reports a failure at once, unshrunk."""
+    phases = [p for p in Phase if not (os.environ.get("AGENT_WORKER_MODEL_NO_SHRINK")
+                                       and p in (Phase.shrink, Phase.explain))]
+    run = settings(max_examples=EXAMPLES, stateful_step_count=12, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-                   derandomize=not os.environ.get("AGENT_WORKER_MODEL_RANDOM"))(Lifecycle)
+                   derandomize=not os.environ.get("AGENT_WORKER_MODEL_RANDOM"),
+                   phases=phases)(Lifecycle)
     run.TestCase().runTest()
