@@ -69,6 +69,7 @@ class World:
         self.applied: Counter[str] = Counter()
         self.released: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
+        self.kinds: dict[str, str] = {}
         self.armed: str | None = None
         #: An operator verb that lands in the middle of the next lap, right
         #: after the named store read: (read, verb).
@@ -86,11 +87,12 @@ class World:
                 raise RuntimeError("the vendor answered 503")
             raise Crash(point)
 
-    def apply(self, key: str, *, dedup: bool) -> dict[str, str]:
+    def apply(self, key: str, kind: str) -> dict[str, str]:
         self.calls[key] += 1
+        self.kinds[key] = kind
         self.fire("before_apply")
         self.fire("tool_error")
-        if not (dedup and self.applied[key]):
+        if not (kind == "idempotent" and self.applied[key]):
             self.applied[key] += 1
         self.fire("after_apply")
         return {"id": f"v-{key}"}
@@ -111,25 +113,25 @@ WORLD = World()
 @tool(kind="idempotent")
 def pay(amount: int, ctx: ToolContext) -> dict[str, str]:
     """Idempotent: the vendor honours the key."""
-    return WORLD.apply(ctx.idempotency_key, dedup=True)
+    return WORLD.apply(ctx.idempotency_key, "idempotent")
 
 
 @tool(kind="compensatable", lookup=lambda key: WORLD.find(key))
 def book(item: int, ctx: ToolContext) -> dict[str, str]:
     """Not idempotent, has a lookup, undone by a release."""
-    return WORLD.apply(ctx.idempotency_key, dedup=False)
+    return WORLD.apply(ctx.idempotency_key, "compensatable")
 
 
 @tool(kind="compensatable")
 def charge(item: int, ctx: ToolContext) -> dict[str, str]:
     """Not idempotent, no lookup: a crash mid-call needs a human."""
-    return WORLD.apply(ctx.idempotency_key, dedup=False)
+    return WORLD.apply(ctx.idempotency_key, "compensatable")
 
 
 @tool(kind="irreversible")
 def wire(amount: int, ctx: ToolContext) -> dict[str, str]:
     """Irreversible: approved by a human first; no lookup."""
-    return WORLD.apply(ctx.idempotency_key, dedup=False)
+    return WORLD.apply(ctx.idempotency_key, "irreversible")
 
 
 def _undo(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str, str]:
@@ -238,6 +240,10 @@ class Lifecycle(RuleBasedStateMachine):
         self.terminal: dict[str, str] = {}
         self.spent: dict[str, tuple[int, int, int, int]] = {}
         self.compensated: set[str] = set()
+        #: Calls with an effect each run's plan makes: the most it may apply.
+        self.effectful: dict[str, int] = {}
+        #: Crashes and tool errors that hit a run while it was ending.
+        self.ending_faults: Counter[str] = Counter()
 
     # --- starting runs ------------------------------------------------------------
 
@@ -253,6 +259,8 @@ class Lifecycle(RuleBasedStateMachine):
     def _start(self, plan: list[Any]) -> str:
         run = self.w.start_run(V1.name, plan)
         self.ids.append(run.id)
+        self.effectful[run.id] = sum(c[0] in ("pay", "book", "charge", "wire")
+                                     for t in plan for c in t)
         return run.id
 
     # --- deliveries and faults ---------------------------------------------------
@@ -313,7 +321,11 @@ class Lifecycle(RuleBasedStateMachine):
         except Crash:
             pass
         finally:
+            fired = fault is not None and WORLD.armed is None
             WORLD.armed, WORLD.meddle = None, None
+        run = self.store.get_run(lap.run_id)
+        if fired and run is not None and run.ending is not None:
+            self.ending_faults[lap.run_id] += 1
 
     # --- time and the sweeper --------------------------------------------------------
 
@@ -373,13 +385,14 @@ class Lifecycle(RuleBasedStateMachine):
         forked: list[str] = []
         self._verb(lambda: forked.append(self.w.fork(run_id, max(run.lap - back, 0)).id))
         self.ids.extend(forked)
+        self.effectful.update(dict.fromkeys(forked, self.effectful[run_id]))
         return forked[0] if forked else run_id
 
     @rule(run_id=runs)
     def resolve(self, run_id: str) -> None:
         """A human looks at the vendor's dashboard and says what really happened."""
         for e in self.store.list_effects(run_id):
-            if e.status == "unknown":
+            if e.status in ("unknown", "pending"):  # resolving a pending one is refused
                 landed = WORLD.find(e.key)
                 self._verb(lambda e=e, landed=landed: self.w.resolve_effect(
                     e.key, applied=landed is not None, by="ops", result=landed))
@@ -428,6 +441,18 @@ class Lifecycle(RuleBasedStateMachine):
             self._waits_on_something(run.id, run.waiting_for, ledger)
         if run.status == "sleeping":
             assert run.wake_at is not None, f"{run.id} sleeps with no timer"
+        mine = [k for k in WORLD.applied if k.startswith(f"{run.id}:")]
+        assert len(mine) <= self.effectful[run.id], f"{run.id} re-did effects: {mine}"
+        if run.status == "succeeded":
+            undone = [k for k, e in ledger.items() if e.run_id == run.id
+                      and e.status == "compensated"]
+            assert not undone, f"{run.id} succeeded on compensated effects {undone}"
+        if run.error_code == "compensation_failed":
+            assert self.ending_faults[run.id], f"{run.id}: its ending failed with no fault"
+        elif run.status in ("cancelled", "failed"):
+            standing = [k for k in mine if WORLD.kinds[k] == "compensatable"
+                        and WORLD.applied[k] != WORLD.released[k]]
+            assert not standing, f"{run.id} ended {run.status} with {standing} in place"
 
     def _waits_on_something(self, run_id: str, waiting_for: str | None,
                             effects: dict[str, Any]) -> None:
@@ -492,7 +517,7 @@ def postgres(database_url: str) -> Iterator[None]:
     """One worker for all examples (migrating the schema once), on the
     session's fresh Postgres database."""
     w = InProcessWorker(database_url, clock=CLOCK, retry_backoff_seconds=1,
-                        max_lap_attempts=3, lease_ttl_seconds=30, queued_overdue_seconds=60)
+                        max_lap_attempts=2, lease_ttl_seconds=30, queued_overdue_seconds=60)
     default = w.rt.store
     assert isinstance(default, SqlStore)
     default.dispose()
