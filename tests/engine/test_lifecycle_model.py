@@ -247,8 +247,12 @@ class Lifecycle(RuleBasedStateMachine):
 
     # --- starting runs ------------------------------------------------------------
 
-    @initialize(target=runs, plan=PLANS)
-    def first_run(self, plan: list[Any]) -> str:
+    @initialize(target=runs, plan=PLANS, attempts=st.sampled_from([1, 2, 3]))
+    def first_run(self, plan: list[Any], attempts: int) -> str:
+        """``attempts``: how many times a lap may be tried (1: every crash or
+        error is the lap's last, so whatever lands then meets an ending)."""
+        self.w.rt.settings = self.w.rt.settings.model_copy(
+            update={"max_lap_attempts": attempts})
         return self._start(plan)
 
     @precondition(lambda self: len(self.ids) < 4)
