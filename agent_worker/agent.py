@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint
 from agent_worker.engine.compaction import Summarizer, extractive_summary
-from agent_worker.errors import UnknownAgentError
+from agent_worker.errors import AgentDefinitionError, UnknownAgentError
 from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.model.protocol import ModelClient
 from agent_worker.redaction import Redactor, redact_secrets
@@ -75,6 +75,12 @@ class Agent:
             raise ValueError("an agent needs a name and a version")
         check_name(self.name, "agent name")
         check_name(self.version, "agent version", max_chars=50)
+        irreversible = sorted(t.name for t in self.tools if t.kind == "irreversible")
+        if self.on_approval_timeout == "approve" and irreversible:
+            # The sweeper would run them as system:timeout, with no human.
+            raise AgentDefinitionError(
+                f"agent {self.name}: on_approval_timeout='approve' would run irreversible "
+                f"tools {irreversible} without a human; use 'reject' or 'escalate'")
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, or ``None`` if the model made it up."""

@@ -27,6 +27,7 @@ from agent_worker.errors import (
     InvalidInputError,
     NotFoundError,
     PayloadTooLargeError,
+    ReplayRefusedError,
     UnknownRunError,
 )
 from agent_worker.messages import Message
@@ -234,12 +235,17 @@ class AgentWorker:
         return self.get_run(run_id)
 
     def retry(self, run_id: str, *, by: str = "api") -> RunRecord:
-        """Resume a failed (or attention-needing) run from its last checkpoint."""
+        """Resume a failed (or attention-needing) run from its last checkpoint.
+
+        Raises:
+            ReplayRefusedError: effects of the run were compensated, or its
+                history was pruned (``fork`` from an earlier lap instead).
+        """
         _ref(run_id)
         by = self._principal(by)
         due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
                                     from_statuses=("failed", "waiting"),
-                                    event={"kind": "retried", "by": by})
+                                    event={"kind": "retried", "by": by}, replay=True)
         self.rt.send_all([due])
         return self.get_run(run_id)
 
@@ -302,8 +308,18 @@ class AgentWorker:
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
         """A new run starting from ``run_id``'s state after ``lap``; the original
         is untouched. The fork's effects get its own keys, so nothing the
-        original did is re-applied by replay; its ledger stays as history."""
+        original did is re-applied by replay; its ledger stays as history.
+
+        Raises:
+            ReplayRefusedError: retention pruned the checkpoint or the messages
+                the fork would start from.
+        """
         parent = self.get_run(run_id)
+        if self.rt.store.get_checkpoint(run_id, lap) is None and 0 <= lap < parent.lap:
+            kept = [c[0] for c in self.rt.store.list_checkpoints(run_id)]
+            raise ReplayRefusedError(
+                f"run {run_id}: the checkpoint of lap {lap} was pruned by retention; "
+                f"kept: {kept}")
         base = self.state_at(run_id, lap)
         spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
         new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
@@ -313,6 +329,11 @@ class AgentWorker:
                 f"facts exceed the input limit of {self.rt.settings.max_input_bytes} bytes")
         now = self.rt.clock.now()
         history = self.rt.store.list_messages(run_id, end=base.message_count)
+        if len(history) < base.message_count:
+            # The fork would start from an empty (or holed) conversation.
+            raise ReplayRefusedError(
+                f"run {run_id}: its messages up to lap {lap} were pruned by retention; "
+                "it cannot be forked")
         checkpoint = base.model_copy(update={
             "agent_version": spec.version,
             "facts": {**base.facts, **(facts or {})},

@@ -68,6 +68,21 @@ class AlreadyDecidedError(InvalidStateError):
     code = "already_decided"
 
 
+class ReplayRefusedError(InvalidStateError):
+    """Raised when a verb would resume history that was undone (compensated
+    effects) or deleted (pruned by retention): replaying it would act as if the
+    undone still stood, or repeat effects whose ledger is gone."""
+
+    code = "replay_refused"
+
+
+class AgentDefinitionError(InvalidInputError, ValueError):
+    """Raised when an agent is defined in a way that would break a guarantee
+    (e.g. an irreversible tool that an approval timeout would auto-approve)."""
+
+    code = "agent_definition"
+
+
 # --- model ---------------------------------------------------------------------
 
 

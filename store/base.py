@@ -18,7 +18,9 @@ RunStatus = Literal["queued", "running", "waiting", "sleeping", "succeeded", "fa
 TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 #: Statuses a worker may claim (a "running" run whose lease lapsed is reclaimable).
 RUNNABLE: tuple[str, ...] = ("queued", "running")
-EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown"]
+#: ``not_applied``: known never to have landed (a lookup found nothing, or a
+#: human said so); a replay calls it again with the same key.
+EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown", "not_applied"]
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,9 @@ class LapCommit:
     new_approvals: Sequence[ApprovalRecord] = ()
     delivered_signals: Sequence[int] = ()
     now: datetime = field(default_factory=lambda: datetime.now().astimezone())
+    #: The version that ran this lap: a newer one that migrated the checkpoint
+    #: moves the run's pin, so its laps go to that version's queue from now on.
+    agent_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,12 +263,14 @@ class Store(Protocol):
     # --- the lap ------------------------------------------------------------
     def claim(
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
-        window_messages: int,
+        window_messages: int, served: Sequence[str] | None = None,
     ) -> Claim | None:
         """Take the lease on ``run_id`` at ``lap`` and load what the lap needs.
 
         Returns ``None`` when the run is not at that lap, not runnable, not yet
-        due, or leased by a live worker: a stale or duplicate delivery.
+        due, or leased by a live worker: a stale or duplicate delivery; or,
+        given ``served`` (``"agent@version"`` items), pinned to a version the
+        caller does not serve (old code never claims a migrated run).
         """
         ...
 
@@ -281,7 +288,8 @@ class Store(Protocol):
     def begin_effect(self, intent: EffectIntent, *, owner: str, now: datetime,
                      fence_cancel: bool = True) -> tuple[EffectRecord, bool]:
         """Commit the pending intent (fenced) or return the existing row;
-        the flag says whether this call created it.
+        the flag says whether the caller must make the call: the intent is new,
+        or the existing one is ``not_applied`` (now pending again).
 
         Raises:
             IdempotencyConflictError: the key exists with different arguments.
@@ -350,7 +358,17 @@ class Store(Protocol):
                        now: datetime) -> DueLap | None: ...
 
     def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
-                event: dict[str, Any], limits: dict[str, Any] | None = None) -> DueLap: ...
+                event: dict[str, Any], limits: dict[str, Any] | None = None,
+                replay: bool = False) -> DueLap:
+        """Queue a paused or failed run again. With ``replay`` (``retry``), refuse
+        a run whose history no longer stands.
+
+        Raises:
+            InvalidStateError: the run is in none of ``from_statuses``.
+            ReplayRefusedError: ``replay`` and an effect was compensated or the
+                history was pruned.
+        """
+        ...
 
     def resolve_effect(self, key: str, *, applied: bool, result: Any, by: str,
                        now: datetime) -> EffectRecord: ...

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from agent_worker.errors import (
     AlreadyDecidedError,
@@ -18,6 +18,7 @@ from agent_worker.errors import (
     InvalidStateError,
     NotFoundError,
 )
+from store import history
 from store.base import TERMINAL, ApprovalRecord, DueLap, EffectRecord, SignalRecord
 from store.dbtime import db_time, read_now
 from store.rows import (
@@ -86,6 +87,7 @@ def decide_approval(
     comment: str | None, now: datetime,
 ) -> tuple[ApprovalRecord, DueLap | None]:
     found = _find_approval(conn, approval_id, run_id)
+    require_run(conn, found.run_id, lock=True)  # see store.wakeups
     status = "approved" if approved else "rejected"
     row = conn.execute(
         update(approvals)
@@ -121,7 +123,9 @@ def approval_for(conn: Connection, effect_key: str) -> ApprovalRecord | None:
 def send_signal(conn: Connection, run_id: str, name: str, payload: Any, *,
                 now: datetime, max_pending: int | None = None
                 ) -> tuple[SignalRecord, DueLap | None]:
-    run = require_run(conn, run_id)
+    # Locked so a lap committing `waiting` at this moment sees this signal or
+    # is seen by the wake below (store.wakeups).
+    run = require_run(conn, run_id, lock=True)
     if run.status in TERMINAL:
         raise InvalidStateError(f"run {run_id} is {run.status}; it takes no more signals")
     if max_pending is not None:
@@ -161,8 +165,10 @@ def request_cancel(conn: Connection, run_id: str, *, reason: str, by: str,
         return None
     conn.execute(
         update(runs).where(runs.c.id == run_id)
+        # The ending gets fresh attempts: inheriting those of a lap that was
+        # failing would end the run "failed" without running compensations.
         .values(cancel_requested_at=now, cancel_reason=reason, cancelled_by=by,
-                ending="cancelled", updated_at=now)
+                ending="cancelled", updated_at=now, lap_attempts=0)
     )
     conn.execute(
         update(approvals).where(approvals.c.run_id == run_id, approvals.c.status == "pending")
@@ -179,8 +185,13 @@ def request_cancel(conn: Connection, run_id: str, *, reason: str, by: str,
 
 
 def requeue(conn: Connection, run_id: str, *, now: datetime, from_statuses: Sequence[str],
-            event: dict[str, Any], limits: dict[str, Any] | None = None) -> DueLap:
-    run = require_run(conn, run_id)
+            event: dict[str, Any], limits: dict[str, Any] | None = None,
+            replay: bool = False) -> DueLap:
+    """Queue a failed or waiting run again; with ``replay`` (a retry, which
+    resumes history) only if that history still stands (``store.history``)."""
+    run = require_run(conn, run_id, lock=replay)
+    if replay:
+        history.require_replayable(conn, run_id)
     if run.status not in from_statuses:
         raise InvalidStateError(
             f"run {run_id} is {run.status}; expected one of {', '.join(from_statuses)}")
@@ -199,19 +210,32 @@ def requeue(conn: Connection, run_id: str, *, now: datetime, from_statuses: Sequ
 
 def resolve_effect(conn: Connection, key: str, *, applied: bool, result: Any, by: str,
                    now: datetime) -> EffectRecord:
+    """Record a human's verdict on an ``unknown`` effect of a run that waits on
+    it. Anything else is refused: a pending effect may still be in flight (a
+    verdict could make a replay repeat a call that is landing right now), and
+    the row is never deleted (the verdict, who and when stay on it)."""
     row = conn.execute(select(effects).where(effects.c.key == key)).first()
     if row is None:
         raise NotFoundError(f"unknown effect {key!r}")
-    if row.status not in ("unknown", "pending"):
-        raise AlreadyDecidedError(f"effect {key} is {row.status}, not unknown")
-    if applied:
-        conn.execute(update(effects).where(effects.c.key == key)
-                     .values(status="applied", result=result, updated_at=now,
-                             error=f"resolved as applied by {by}"))
-    else:
-        # The human checked: it never landed, so calling it again is safe.
-        conn.execute(delete(effects).where(effects.c.key == key))
+    run = require_run(conn, row.run_id, lock=True)
+    if row.status != "unknown":
+        raise AlreadyDecidedError(
+            f"effect {key} is {row.status}; only an effect whose outcome is unknown (and "
+            "that its run waits on) can be resolved")
+    live_lease = run.lease_owner is not None and (
+        run.lease_expires_at is not None and run.lease_expires_at > now)
+    if run.status != "waiting" or run.waiting_for != f"effect:{key}" or live_lease:
+        raise InvalidStateError(
+            f"run {run.id} is {run.status}"
+            + (f" waiting for {run.waiting_for}" if run.waiting_for else "")
+            + f", not waiting on effect {key}; resolve it when the run waits on it")
+    verdict = "applied" if applied else "not_applied"
+    stamp = f"resolved as {verdict.replace('_', ' ')} by {by} at {now:%Y-%m-%d %H:%M:%S} UTC"
+    conn.execute(update(effects).where(effects.c.key == key)
+                 .values(status=verdict, result=result if applied else None, updated_at=now,
+                         error=stamp))
     record_event_tx(conn, row.run_id, row.lap, "effect_resolved",
                     {"key": key, "applied": applied, "by": by}, now)
     wake(conn, row.run_id, now=now, waiting_for=f"effect:{key}", extra={"lap_attempts": 0})
-    return to_effect(row)
+    resolved = conn.execute(select(effects).where(effects.c.key == key)).one()
+    return to_effect(resolved)

@@ -30,7 +30,7 @@ WITH fenced AS (
         updated_at = :now, last_checkpoint_at = :now,
         -- the hand-off starts on the database's clock (store.dbtime), not the worker's
         enqueued_at = CASE WHEN :enqueue THEN timezone('UTC', now()) END,
-        finished_at = :finished_at
+        finished_at = :finished_at, agent_version = COALESCE(:agent_version, agent_version)
     WHERE id = :run_id AND next_lap = :lap AND lease_owner = :owner
       AND cancel_requested_at IS NULL
     RETURNING id
@@ -74,6 +74,6 @@ def commit_lap(conn: Connection, commit: LapCommit) -> bool:
         "finished_at": now if u.status in TERMINAL else None,
         "messages": _json([{"seq": seq, "body": message_body(m)} for seq, m in commit.messages]),
         "schema_version": commit.schema_version, "state": _json(commit.checkpoint),
-        "event": _json(commit.event),
+        "event": _json(commit.event), "agent_version": commit.agent_version,
     }
     return int(conn.execute(_COMMIT, params).scalar_one()) == 1

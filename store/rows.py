@@ -92,8 +92,10 @@ def record_event_tx(conn: Connection, run_id: str, lap: int | None, kind: str,
                                        created_at=now))
 
 
-def require_run(conn: Connection, run_id: str) -> RunRecord:
-    row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+def require_run(conn: Connection, run_id: str, *, lock: bool = False) -> RunRecord:
+    """The run row; with ``lock``, held until the transaction ends (``FOR UPDATE``)."""
+    q = select(runs).where(runs.c.id == run_id)
+    row = conn.execute(q.with_for_update() if lock else q).first()
     if row is None:
         raise UnknownRunError(f"unknown run {run_id!r}")
     return to_run(row)

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
-from store import pauses, postgres, statements, sweeping
+from store import pauses, postgres, statements, sweeping, wakeups
 from store.base import (
     RUNNABLE,
     ApprovalRecord,
@@ -203,13 +203,17 @@ class SqlStore:
 
     def claim(
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
-        window_messages: int,
+        window_messages: int, served: Sequence[str] | None = None,
     ) -> Claim | None:
+        params: dict[str, Any] = {"run_id": run_id, "lap": lap, "owner": owner, "now": now,
+                                  "expires": now + timedelta(seconds=lease_seconds),
+                                  "lease_seconds": lease_seconds}
+        statement = statements.CLAIM
+        if served is not None:
+            statement, params["served"] = statements.CLAIM_SERVED, list(served)
+
         def tx(conn: Connection) -> Claim | None:
-            row = conn.execute(statements.CLAIM, {
-                "run_id": run_id, "lap": lap, "owner": owner, "now": now,
-                "expires": now + timedelta(seconds=lease_seconds),
-                "lease_seconds": lease_seconds}).first()
+            row = conn.execute(statement, params).first()
             if row is None:
                 return None
             state: dict[str, Any] = row.checkpoint_state
@@ -292,12 +296,16 @@ class SqlStore:
                     f"effect {intent.key} was first called with different arguments "
                     f"(tool {existing.tool_name}); refusing to call it with new ones"
                 )
-            if existing.status == "pending":
+            if existing.status in ("pending", "not_applied"):
                 conn.execute(
                     update(effects)
                     .where(effects.c.key == intent.key)
-                    .values(attempts=effects.c.attempts + 1, updated_at=now)
+                    .values(attempts=effects.c.attempts + 1, updated_at=now, status="pending")
                 )
+            if existing.status == "not_applied":
+                # Known never to have landed: the caller makes the call (again).
+                again = conn.execute(select(effects).where(effects.c.key == intent.key)).one()
+                return to_effect(again), True
             return to_effect(existing), False
 
         return self._tx(tx)
@@ -315,8 +323,11 @@ class SqlStore:
             update(effects).where(effects.c.key == key, guard).values(**values)))
 
     def commit_lap(self, commit: LapCommit) -> bool:
+        # A commit that waits takes the transaction: it must re-check for
+        # wake-ups that arrived since the lap read them (``store.wakeups``).
         if self.engine.dialect.name == "postgresql" and not (
-                commit.new_approvals or commit.delivered_signals):
+                commit.new_approvals or commit.delivered_signals
+                or commit.update.status == "waiting"):
             return self._autocommit(lambda c: postgres.commit_lap(c, commit), durable=True)
 
         def tx(conn: Connection) -> bool:
@@ -324,6 +335,7 @@ class SqlStore:
                 if not postgres.commit_lap(conn, commit):
                     return False
                 _commit_extras(conn, commit)
+                _recheck_wait(conn, commit)
                 return True
             u = commit.update
             laps, tin, tout, cost = commit.usage
@@ -345,6 +357,7 @@ class SqlStore:
                     updated_at=commit.now, last_checkpoint_at=commit.now,
                     enqueued_at=commit.now if u.enqueue else None,
                     finished_at=commit.now if done else None,
+                    agent_version=commit.agent_version or runs.c.agent_version,
                 )
             )
             if fenced.rowcount != 1:
@@ -367,6 +380,7 @@ class SqlStore:
             record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event,
                             commit.now)
             _commit_extras(conn, commit)
+            _recheck_wait(conn, commit)
             return True
 
         return self._tx(tx)
@@ -458,9 +472,10 @@ class SqlStore:
         return self._tx(lambda c: pauses.request_cancel(c, run_id, reason=reason, by=by, now=now))
 
     def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
-                event: dict[str, Any], limits: dict[str, Any] | None = None) -> DueLap:
+                event: dict[str, Any], limits: dict[str, Any] | None = None,
+                replay: bool = False) -> DueLap:
         return self._tx(lambda c: pauses.requeue(c, run_id, now=now, from_statuses=from_statuses,
-                                                 event=event, limits=limits))
+                                                 event=event, limits=limits, replay=replay))
 
     def resolve_effect(self, key: str, *, applied: bool, result: Any, by: str,
                        now: datetime) -> EffectRecord:
@@ -528,6 +543,12 @@ def _commit_extras(conn: Connection, commit: LapCommit) -> None:
             .where(signals.c.id.in_(commit.delivered_signals), signals.c.delivered_lap.is_(None))
             .values(delivered_lap=commit.lap)
         )
+
+
+def _recheck_wait(conn: Connection, commit: LapCommit) -> None:
+    if commit.update.status == "waiting":
+        wakeups.recheck(conn, commit.run_id, commit.lap, commit.update.waiting_for,
+                        delivered=commit.delivered_signals, now=commit.now)
 
 
 def messages_insert(conn: Connection) -> Any:

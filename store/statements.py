@@ -46,6 +46,10 @@ CLAIM = (
     )
 )
 
+#: The same claim, fenced on the ``agent@version`` pins the worker serves.
+CLAIM_SERVED = CLAIM.where(
+    (runs.c.agent_name + "@" + runs.c.agent_version).in_(bindparam("served", expanding=True)))
+
 #: The recent messages of a run, plus its compaction summary wherever it sits;
 #: bodies as JSON text, parsed straight into messages by pydantic.
 WINDOW = (

@@ -61,6 +61,11 @@ def _time_out_approvals(conn: Connection, now: datetime, limit: int) -> list[Due
         .limit(limit).with_for_update(skip_locked=True)
     ).all()
     for a in rows:
+        # Lock the run like every other decision does (store.wakeups); a run
+        # another transaction holds right now is decided by a later sweep.
+        if conn.execute(select(runs.c.id).where(runs.c.id == a.run_id)
+                        .with_for_update(skip_locked=True)).first() is None:
+            continue
         if a.on_timeout == "escalate" and a.escalate_to and a.owner != a.escalate_to:
             window = (a.timeout_at - a.requested_at) if a.timeout_at else timedelta(days=1)
             conn.execute(update(approvals).where(approvals.c.id == a.id)

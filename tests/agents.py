@@ -348,3 +348,28 @@ def _noisy(r: ModelRequest) -> ModelResponse:
 
 register(Agent(name="noisy-payments", model=lambda: ScriptedModel(_noisy), tools=[pay_noisy],
                window_messages=2000))
+# ``rolling`` at two versions for the rolling-deploy test: a worker started with
+# AGENT_WORKER_TEST_ROLLING=1 or =2 knows only that version (old and new code);
+# any other process knows both. Each model turn says which version made it.
+def _rolling_model(version: str) -> Any:
+    def script(r: ModelRequest) -> ModelResponse:
+        p = params(r)
+        if r.lap >= int(p.get("laps", 20)):
+            return turn(f"v{version} done")
+        return turn(f"v{version} lap {r.lap}",
+                    [("step", {"n": r.lap, "pause": float(p.get("pause", 0))})])
+
+    return lambda: ScriptedModel(script)
+
+
+def _rolling_migrate(ckpt: Any, from_version: str) -> Any:
+    return ckpt.model_copy(update={"facts": {**ckpt.facts, "migrated_from": from_version}})
+
+
+_ROLLING = os.environ.get("AGENT_WORKER_TEST_ROLLING", "")
+if _ROLLING in ("", "1"):
+    register(Agent(name="rolling", version="1", model=_rolling_model("1"), tools=[step],
+                   window_messages=2000))
+if _ROLLING in ("", "2"):
+    register(Agent(name="rolling", version="2", model=_rolling_model("2"), tools=[step],
+                   window_messages=2000, resumes=("1",), migrate=_rolling_migrate))

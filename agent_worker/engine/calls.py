@@ -72,6 +72,11 @@ class CallRunner:
 
     def run(self, pc: PendingCall) -> Done | Pause:
         tool = self.agent.tool(pc.call.name)
+        recorded = self.claim.effects.get(effect_key(self.run_id, pc.lap, pc.index))
+        if tool is None and recorded is not None:
+            # The ledger first: a deploy removed the tool while this call was
+            # recorded; what happened must be reconciled, not "unknown tool".
+            return self._without_tool(pc, recorded)
         if tool is None:
             names = ", ".join(t.name for t in self.agent.tools) or "none"
             return _result(pc, f"Unknown tool {pc.call.name!r}. Available tools: {names}.",
@@ -169,6 +174,19 @@ class CallRunner:
         return _result(pc, f"Not done: the call to {tool.name} was {_decision(found)}.",
                        error=True)
 
+    def _without_tool(self, pc: PendingCall, row: EffectRecord) -> Done | Pause:
+        """A recorded call whose tool this agent no longer has: reuse what is
+        known; a call that may have landed waits for a human (no lookup left)."""
+        if row.status in ("applied", "compensated"):
+            return self._sized(pc, row.result)
+        if row.status in ("failed", "not_applied"):
+            return _result(pc, row.error or f"{row.tool_name} was not applied", error=True)
+        if row.status == "pending":
+            self._finish(row.key, "unknown", None,
+                         error=f"tool {row.tool_name} was removed while this call was in "
+                               "flight; whether it landed is unknown")
+        return Pause("waiting", f"effect:{row.key}", None, pc)
+
     # --- execution ------------------------------------------------------------
 
     def _invoke_read(self, pc: PendingCall, tool: Tool, args: BaseModel,
@@ -199,7 +217,7 @@ class CallRunner:
         digest = args_hash(tool.name, arguments)
         key = ctx.idempotency_key
         row = self.claim.effects.get(key)
-        if row is None or row.status == "pending":
+        if row is None or row.status in ("pending", "not_applied"):
             # Also for a pending row: counts the attempt, and re-checks the lease
             # before a replay decides anything.
             row, created = self.rt.store.begin_effect(

@@ -31,7 +31,7 @@ from agent_worker.engine import admit
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
-from agent_worker.engine.saga import compensate
+from agent_worker.engine.saga import compensate, reconcile
 from agent_worker.engine.window import build_request
 from agent_worker.errors import (
     AgentWorkerError,
@@ -48,7 +48,7 @@ from agent_worker.messages import Message, Usage
 from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import clean, reduced
-from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
+from store.base import RUNNABLE, Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
 Outcome = Literal["skipped", "committed", "paused", "retrying", "failed", "lost", "finished",
@@ -72,9 +72,9 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
     owner = new_owner()
     claim = rt.store.claim(run_id, lap, owner=owner, now=rt.clock.now(),
                            lease_seconds=rt.settings.lease_ttl_seconds,
-                           window_messages=_window_size(rt))
+                           window_messages=_window_size(rt), served=_served(rt))
     if claim is None:
-        return "skipped"
+        return _not_claimed(rt, run_id, lap)
     fault("after_claim")
     run = claim.run
     bind(agent=f"{run.agent_name}@{run.agent_version}", tenant=run.tenant,
@@ -111,6 +111,26 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
             return _handle_error(rt, claim, e, agent.redact)
 
 
+def _served(rt: Runtime) -> list[str]:
+    return [f"{name}@{version}" for name, version in rt.registry.served_versions()]
+
+
+def _not_claimed(rt: Runtime, run_id: str, lap: int) -> Outcome:
+    """A stale or duplicate delivery, or a run pinned to a version this worker
+    does not serve (the claim is fenced on served versions, so old code never
+    runs a migrated run): the latter is recorded, and left queued for the
+    sweeper to re-send to its version's queue."""
+    run = rt.store.get_run(run_id)
+    if (run is None or run.next_lap != lap or run.status not in RUNNABLE
+            or rt.registry.resolve(run.agent_name, run.agent_version) is not None):
+        return "skipped"
+    rt.store.record_event(run_id, lap, "unserved",
+                          {"worker_serves": [f"{n}@{v}" for n, v in
+                                             rt.registry.served_versions()]},
+                          now=rt.clock.now())
+    return "unserved"
+
+
 def _window_size(rt: Runtime) -> int:
     return max((a.window_messages for a in rt.registry.all()), default=40)
 
@@ -139,7 +159,8 @@ def _resend_orphan(rt: Runtime, claim: Claim) -> RunRecord | None:
     if run is None or run.status != "queued" or run.lease_owner:
         return run
     if run.next_lap >= claim.lap:
-        rt.send_all([_due(claim, run.next_lap)])
+        # To the run's current pin: a migrating commit may have moved it.
+        rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
     return run
 
 
@@ -238,6 +259,18 @@ def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
             error_detail=run.error_detail), {"kind": "finished", "status": "failed"},
             fence_cancel=False)
         return "finished"
+    unsettled = reconcile(rt, agent, run.id)
+    if unsettled is not None:
+        # Undoing (or not) a call nobody knows landed is a human's decision;
+        # ending now would leave the booking in place. The ending resumes
+        # once `effects resolve` records the verdict.
+        _release(rt, claim, RunUpdate(
+            status="waiting", waiting_for=f"effect:{unsettled}", ending=ending,
+            error_code=run.error_code, error_message=run.error_message,
+            error_detail=run.error_detail),
+            {"kind": "effect_unknown", "key": unsettled, "ending": ending},
+            reset_attempts=True, fence_cancel=False)
+        return "paused"
     undone = compensate(rt, agent, run.id, run.tenant, claim.owner)
     _release(rt, claim, RunUpdate(status=ending, ending=ending, error_code=run.error_code,
                                   error_message=run.error_message or run.cancel_reason,
@@ -327,12 +360,18 @@ class _Lap:
                    "paused": pause.status if pause else None,
                    "attempt": claim.run.lap_attempts},
             new_approvals=[pause.approval] if pause and pause.approval else (),
-            delivered_signals=signals, now=self.rt.clock.now()))
+            delivered_signals=signals, now=self.rt.clock.now(), agent_version=agent.version))
         if not committed:
             return self._fence_failed()
         fault("after_commit")
         if update.enqueue:
-            self.rt.send_all([_due(claim, claim.lap + 1)])
+            # The commit pinned the run to this agent's version (a migration moves it).
+            self.rt.send_all([DueLap(claim.run.id, claim.lap + 1, claim.run.agent_name,
+                                     agent.version)])
+        elif update.status == "waiting":
+            # The commit found what it waits for already there and queued the
+            # run instead (store.wakeups): send it like any queued run.
+            _resend_orphan(self.rt, self.claim)
         if update.status in ("succeeded", "failed"):
             return "finished"
         return "paused" if pause else "committed"

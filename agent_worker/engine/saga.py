@@ -1,8 +1,9 @@
-"""Compensation: when a run fails or is cancelled, undo its applied
-compensatable effects in reverse order. Each undo is itself a ledger entry
-(key ``<original>:undo``), so a worker killed mid-compensation resumes where
-it stopped and never undoes anything twice (undo functions receive that key
-and must pass it on, like any idempotent call)."""
+"""Compensation: when a run fails or is cancelled, settle the compensatable
+effects whose outcome is unknown, then undo the applied ones in reverse order.
+Each undo is itself a ledger entry (key ``<original>:undo``), so a worker
+killed mid-compensation resumes where it stopped and never undoes anything
+twice (undo functions receive that key and must pass it on, like any
+idempotent call)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,36 @@ from agent_worker.faults import fault
 from agent_worker.runtime import Runtime
 from agent_worker.tools import ToolContext
 from store.base import EffectIntent, EffectRecord
+
+
+def reconcile(rt: Runtime, agent: Agent, run_id: str) -> str | None:
+    """Settle the compensatable effects whose outcome is not known (pending:
+    a worker died mid-call; unknown: still waiting for a human) before undoing
+    anything, the way a replay would: the tool's lookup first (found means it
+    landed, so it is undone; not found means it never did); without a lookup,
+    a human decides. Returns the key of the first effect a human must resolve,
+    or ``None`` when every outcome is known."""
+    for effect in rt.store.list_effects(run_id):
+        if (effect.kind != "compensatable" or effect.compensates is not None
+                or effect.status not in ("pending", "unknown")):
+            continue
+        tool = agent.tool(effect.tool_name)
+        if tool is None or tool.lookup_fn is None:
+            if effect.status == "pending":
+                rt.store.finish_effect(
+                    effect.key, status="unknown", result=None, now=rt.clock.now(),
+                    error="the run is ending and this call's outcome is unknown (no lookup); "
+                          "a human must say whether it landed before it can be undone")
+            return effect.key
+        found = tool.lookup_fn(effect.key)
+        if found is None:
+            rt.store.finish_effect(effect.key, status="not_applied", result=None,
+                                   error="lookup found nothing: never applied",
+                                   now=rt.clock.now())
+        else:
+            rt.store.finish_effect(effect.key, status="applied", result=found, error=None,
+                                   now=rt.clock.now())
+    return None
 
 
 def compensate(rt: Runtime, agent: Agent, run_id: str, tenant: str | None,

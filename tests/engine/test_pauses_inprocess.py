@@ -62,6 +62,13 @@ def _unreserve(args: dict[str, Any], result: Any, ctx: ToolContext) -> dict[str,
     return {"released": args["item"]}
 
 
+@tool(kind="idempotent", approval=True)
+def discount(account: str, percent: int, ctx: ToolContext) -> dict[str, Any]:
+    """Grant a discount: replay-safe, but a human approves it (or its timeout does)."""
+    WORLD.append(("discount", ctx.idempotency_key, percent))
+    return {"discount_id": f"dc-{ctx.idempotency_key}", "account": account, "percent": percent}
+
+
 @tool
 def note(text: str) -> str:
     """A read step that costs one model turn."""
@@ -86,7 +93,8 @@ BASE = register(Agent(
     name="pz", model=lambda: ScriptedModel(_plan),
     tools=[transfer, reserve, note, sleep_tool, wait_for_signal_tool], window_messages=2000,
     approval_owner="ops", approval_timeout=timedelta(hours=1)))
-register(replace(BASE, name="pz-approve-default", on_approval_timeout="approve"))
+register(replace(BASE, name="pz-approve-default", on_approval_timeout="approve",
+                 tools=[discount, note]))
 register(replace(BASE, name="pz-escalate", on_approval_timeout="escalate",
                  escalate_to="ops-lead"))
 register(replace(BASE, name="pz-priced",
@@ -271,14 +279,15 @@ def test_escalation_hands_the_approval_to_the_next_owner(
 
 def test_approve_on_timeout_runs_the_call_exactly_once(
         w: InProcessWorker, clock: ManualClock) -> None:
-    run_id = _start(w, [WIRE], agent="pz-approve-default")
+    run_id = _start(w, [["discount", {"account": "acct-9", "percent": 10}]],
+                    agent="pz-approve-default")
     clock.advance(minutes=61)
     w.run_until_idle()
     assert w.get_run(run_id).status == "succeeded"
-    assert _world(run_id) == [("transfer", f"{run_id}:1:0", 12500)]
+    assert _world(run_id) == [("discount", f"{run_id}:1:0", 10)]
     message = _tool_messages(w, run_id)[0]
     assert not message.is_error and "system:timeout" in message.content
-    assert f"tr-{run_id}:1:0" in message.content
+    assert f"dc-{run_id}:1:0" in message.content
     assert w.run_until_idle() == 0 and len(_world(run_id)) == 1
 
 
