@@ -5,12 +5,18 @@ placeholder password stops a process at start instead of guarding it."""
 from __future__ import annotations
 
 import configparser
+import functools
 import os
 import re
 import shlex
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -158,3 +164,155 @@ def test_the_demo_password_is_random_and_saved_for_its_owner_only(tmp_path: Path
     path = tmp_path / "flower-auth"
     orchestrate._save_auth(path, "demo:abc")
     assert path.read_text() == "demo:abc" and (path.stat().st_mode & 0o777) == 0o600
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+K8S = DEPLOY / "k8s"
+
+
+@functools.cache
+def _k8s_docs() -> tuple[dict[str, Any], ...]:
+    return tuple(d for p in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())
+                 if d)
+
+
+def _k8s(kind: str) -> list[dict[str, Any]]:
+    return [d for d in _k8s_docs() if d.get("kind") == kind]
+
+
+def _templates() -> dict[str, dict[str, Any]]:
+    """Pod templates by component: worker, beat, flower, metrics, migrate, redis, postgres."""
+    found = {}
+    for kind in ("Deployment", "StatefulSet", "Job"):
+        for obj in _k8s(kind):
+            labels = obj["spec"]["template"]["metadata"]["labels"]
+            found[labels["app.kubernetes.io/component"]] = obj["spec"]["template"]
+    return found
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        if expr["operator"] != "In" or labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def _policy(component: str) -> dict[str, Any]:
+    labels = _templates()[component]["metadata"]["labels"]
+    found = [p for p in _k8s("NetworkPolicy")
+             if p["spec"]["podSelector"] and _selects(p["spec"]["podSelector"], labels)]
+    assert len(found) == 1, f"{component}: {len(found)} NetworkPolicies select it"
+    return found[0]
+
+
+def _admitted(policy: dict[str, Any]) -> set[str]:
+    """Components of ours whose pods the policy's ingress rules admit."""
+    return {name for name, t in _templates().items()
+            for rule in policy["spec"]["ingress"] for peer in rule["from"]
+            if "podSelector" in peer and "namespaceSelector" not in peer
+            and _selects(peer["podSelector"], t["metadata"]["labels"])}
+
+
+def test_the_namespace_denies_ingress_by_default() -> None:
+    assert "networkpolicy.yaml" in (K8S / "kustomization.yaml").read_text()
+    deny = [p for p in _k8s("NetworkPolicy") if p["spec"]["podSelector"] == {}]
+    assert len(deny) == 1 and deny[0]["spec"]["policyTypes"] == ["Ingress"]
+    assert "ingress" not in deny[0]["spec"], "default deny admits nobody"
+
+
+def test_only_workers_beat_and_flower_reach_redis() -> None:
+    policy = _policy("redis")
+    assert _admitted(policy) == {"worker", "beat", "flower"}
+    assert [p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]] == [6379]
+    # Besides those, only pods the operator labels as producers: no namespaceSelector.
+    peers = [peer for r in policy["spec"]["ingress"] for peer in r["from"]]
+    assert all(set(peer) == {"podSelector"} for peer in peers), peers
+
+
+def test_only_the_app_pods_reach_postgres() -> None:
+    policy = _policy("postgres")
+    assert _admitted(policy) == {"worker", "beat", "flower", "metrics", "migrate"}
+    assert [p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]] == [5432]
+
+
+@pytest.mark.parametrize(("component", "port"), [("flower", 5555), ("metrics", 9100)])
+def test_flower_and_metrics_admit_only_their_port(component: str, port: int) -> None:
+    policy = _policy(component)
+    assert [p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]] == [port]
+    services = [s for s in _k8s("Service")
+                if s["spec"]["selector"].items()
+                <= _templates()[component]["metadata"]["labels"].items()]
+    assert services and all(s["spec"].get("type", "ClusterIP") == "ClusterIP"
+                            for s in services), "never published outside the cluster"
+
+
+def test_the_broker_url_carries_the_fleet_users_password_from_the_secret() -> None:
+    (configmap,) = _k8s("ConfigMap")
+    assert "AGENT_WORKER_BROKER_URL" not in configmap["data"], "a password in a ConfigMap"
+    (secret,) = _k8s("Secret")
+    url = secret["stringData"]["AGENT_WORKER_BROKER_URL"]
+    assert url.startswith("redis://agent-worker:") and "@agent-worker-redis:6379" in url
+    assert url_password(url) == secret["stringData"]["REDIS_PASSWORD"] == "CHANGE_ME"
+    for name in ("worker", "beat", "flower"):
+        (container,) = _templates()[name]["spec"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["AGENT_WORKER_BROKER_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": "agent-worker", "key": "AGENT_WORKER_BROKER_URL"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_manifests_redis_refuses_anonymous_clients_and_serves_the_fleet(
+        tmp_path: Path) -> None:
+    """The Redis container's own start command, run here: the default user is
+    off, the fleet's ACL user publishes and consumes, FLUSHALL is refused."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip("redis-server not installed")
+    (container,) = _templates()["redis"]["spec"]["containers"]
+    script = container["command"][2].replace("/run/redis", str(tmp_path))
+    port = _free_port()
+    password = "Xk3-9qWv_Lr7"
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+            "--appendonly", "no", "--save", ""]
+    proc = subprocess.Popen(["sh", "-c", script, "redis-server", *args],
+                            env={**os.environ, "REDIS_PASSWORD": password},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        def cli(*argv: str, auth: bool = True) -> str:
+            env = {**os.environ, **({"REDISCLI_AUTH": password} if auth else {})}
+            user = ["--user", "agent-worker"] if auth else []
+            return subprocess.run(["redis-cli", "-p", str(port), *user, *argv], env=env,
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+
+        deadline = time.monotonic() + 20
+        while cli("ping") != "PONG" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cli("ping") == "PONG"
+        assert "NOAUTH" in cli("ping", auth=False) or "NOPERM" in cli("ping", auth=False)
+        assert (tmp_path / "users.acl").stat().st_mode & 0o077 == 0
+        assert "NOPERM" in cli("flushall") and "NOPERM" in cli("config", "get", "*")
+
+        from kombu import Connection
+
+        url = f"redis://agent-worker:{password}@127.0.0.1:{port}/0"
+        with Connection(url) as conn:
+            queue = conn.SimpleQueue("laps.check")
+            queue.put({"run_id": "r1", "lap": 1})
+            message = queue.get(timeout=5)
+            assert message.payload == {"run_id": "r1", "lap": 1}
+            message.ack()
+            queue.close()
+        with pytest.raises(Exception, match=r"(?i)auth|WRONGPASS|invalid"), \
+                Connection(f"redis://127.0.0.1:{port}/0") as anonymous:
+            anonymous.SimpleQueue("laps.check").put({"x": 1})
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
