@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logdir = Path(tempfile.mkdtemp(prefix="agent-worker-demo-"))
     vendor = start_vendor(logdir / "vendor.db")
-    # A fresh random password per demo (never a fixed one); printed below and
-    # kept with the fleet's pids. Flower listens on loopback only.
+    # A fresh random password per demo (never a fixed one), printed below and
+    # saved in .data/flower-auth for the README's curl. Flower listens on loopback.
     auth = os.environ.get("FLOWER_BASIC_AUTH") or f"demo:{secrets.token_urlsafe(12)}"
     _save_auth(opts.fleet_file.parent / "flower-auth", auth)
     env = {**os.environ, "AGENT_WORKER_VENDOR_URL": vendor.url, "FLOWER_BASIC_AUTH": auth}
