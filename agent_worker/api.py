@@ -82,7 +82,11 @@ class AgentWorker:
                   tenant: str | None = None, version: str | None = None,
                   budget: Budget | None = None) -> RunRecord:
         """Create a run and send its first lap; with a ``run_id`` a retried call
-        returns the existing run instead of starting a second one."""
+        returns the existing run instead of starting a second one.
+
+        ``budget`` only tightens the agent's own limits (each limit the stricter
+        of the two; ``None`` there means "no tighter"); to lift a limit an
+        operator uses ``raise_budget``."""
         name = agent.name if isinstance(agent, Agent) else agent
         if isinstance(agent, Agent) and version is None:
             version = agent.version
@@ -100,7 +104,8 @@ class AgentWorker:
                 input = spec.input_model.model_validate(input or {}).model_dump(mode="json")
             except ValidationError as e:
                 raise InvalidInputError(f"invalid input for {name}: {e}") from e
-        limits = budget or spec.budget
+        # A caller narrows the agent's limits, never lifts them (issue 16).
+        limits = spec.budget.tightened_by(budget)
         now = self.rt.clock.now()
         first = Message(role="user", content=input if isinstance(input, str)
                         else json.dumps(input, sort_keys=True))
@@ -250,7 +255,12 @@ class AgentWorker:
         return self.get_run(run_id)
 
     def raise_budget(self, run_id: str, *, by: str = "api", **limits: Any) -> RunRecord:
-        """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it."""
+        """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it.
+
+        An operator verb: unlike ``start_run(budget=...)`` it may lift the agent's
+        limits. Nothing checks who calls it yet: until principals and roles exist
+        (issue 16, items 1 and 3: raise_budget needs the operator role), expose it
+        only to operators, never to end users or tenants' application code."""
         by = self._principal(by)
         run = self.get_run(run_id)
         try:

@@ -17,6 +17,8 @@ from typing import Literal
 from agent_worker.errors import BudgetExceededError
 from agent_worker.messages import Frozen, Usage
 
+_LIMITS = ("max_laps", "max_input_tokens", "max_output_tokens", "max_cost", "max_wall_seconds")
+
 
 class Budget(Frozen):
     """Limits of one run; ``None`` means unlimited."""
@@ -27,6 +29,25 @@ class Budget(Frozen):
     max_cost: Decimal | None = None
     max_wall_seconds: float | None = None
     on_exceed: Literal["fail", "pause"] = "fail"
+
+    def tightened_by(self, caller: Budget | None) -> Budget:
+        """The agent's limits (``self``) narrowed by a caller's: each limit is the
+        stricter of the two. A caller can only tighten: a limit it leaves out or
+        sets to ``None`` means "no tighter", never "unlimited" (so
+        ``Budget(max_laps=None)`` from a caller cannot lift the agent's lap cap).
+        ``on_exceed`` is the caller's when it sets one: pausing spends nothing
+        more than failing does until an operator raises the budget."""
+        if caller is None:
+            return self
+        update: dict[str, object] = {}
+        for name in _LIMITS:
+            theirs = getattr(caller, name) if name in caller.model_fields_set else None
+            ours = getattr(self, name)
+            if theirs is not None:
+                update[name] = theirs if ours is None else min(ours, theirs)
+        if "on_exceed" in caller.model_fields_set:
+            update["on_exceed"] = caller.on_exceed
+        return self.model_copy(update=update)
 
 
 class BudgetLedger(Frozen):

@@ -209,6 +209,21 @@ class AgentVersionError(AgentWorkerError):
     code = "agent_version"
 
 
+# --- configuration: refused at process start ------------------------------------
+
+
+class ConfigurationError(AgentWorkerError):
+    """Raised when a process is started with a configuration it must not run with."""
+
+    code = "configuration"
+
+
+class PlaceholderSecretError(ConfigurationError):
+    """Raised when a configured password is empty or a placeholder (``CHANGE_ME``)."""
+
+    code = "placeholder_secret"
+
+
 # --- control flow: never swallowed by tool code --------------------------------
 
 

@@ -205,7 +205,7 @@ def registry_for(store: SqlStore, settings: Settings) -> CollectorRegistry:
     return registry
 
 
-def serve(store: SqlStore, settings: Settings, *, port: int, addr: str = "0.0.0.0"
+def serve(store: SqlStore, settings: Settings, *, port: int, addr: str = "127.0.0.1"
           ) -> threading.Thread:
     """Start the HTTP endpoint (``/metrics``) in a daemon thread."""
     _server, thread = start_http_server(port, addr=addr, registry=registry_for(store, settings))

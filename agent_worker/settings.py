@@ -115,6 +115,12 @@ class Settings(BaseSettings):
         "registered agent at its registered version.",
     )
     metrics_port: int = Field(9100, description="Port of `agent-worker metrics`.")
+    metrics_bind: str = Field(
+        "127.0.0.1",
+        description="Address `agent-worker metrics` listens on: loopback unless told otherwise "
+        "(every scrape runs fleet-wide queries and needs no auth); `0.0.0.0` inside a "
+        "container whose port only the cluster network reaches.",
+    )
     vendor_url: str = Field(
         "http://127.0.0.1:63800",
         description="The demo vendor (a fake payments and email API) the `refund-desk` agent "

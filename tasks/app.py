@@ -6,17 +6,22 @@ broker only carries hints; the lap is claimed and committed in Postgres.
 
 from __future__ import annotations
 
+import os
+
 from celery import Celery
 from kombu import Queue
 
 from agent_worker.agent import registry
 from agent_worker.constants import MAINT_QUEUE, PRUNE_TASK_NAME, SWEEP_TASK_NAME
+from agent_worker.deploy_checks import check_deploy_secrets
 from agent_worker.settings import get_settings
 from tasks.routing import lap_queue, served_pairs
 
 
 def make_app() -> Celery:
     s = get_settings()
+    # Worker, beat and Flower all load this app: none starts guarded by CHANGE_ME.
+    check_deploy_secrets(s, os.environ)
     registry.import_modules(s.agent_modules.split(","))
     app = Celery("agent_worker", broker=s.broker_url,
                  include=["tasks.lap", "tasks.sweeper", "tasks.logging", "tasks.serving"])

@@ -141,7 +141,8 @@ def beat(
 def metrics(
     port: Annotated[int | None, typer.Option(help="Port (default AGENT_WORKER_METRICS_PORT).")]
     = None,
-    addr: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
+    addr: Annotated[str | None, typer.Option(
+        help="Address to listen on (default AGENT_WORKER_METRICS_BIND: 127.0.0.1).")] = None,
     once: Annotated[bool, typer.Option(help="Print one scrape and exit instead of "
                                             "serving.")] = False,
     json_out: JsonOpt = False,
@@ -150,6 +151,7 @@ def metrics(
     from prometheus_client import generate_latest
 
     from agent_worker import logs
+    from agent_worker.deploy_checks import check_deploy_secrets
     from agent_worker.metrics import registry_for, serve
 
     settings = client().rt.settings
@@ -162,8 +164,10 @@ def metrics(
         else:
             sys.stdout.write(generate_latest(registry).decode())
         return
+    check_deploy_secrets(settings, os.environ)
     logs.configure(json_lines=settings.log_json)
     chosen = port if port is not None else settings.metrics_port
+    addr = addr if addr is not None else settings.metrics_bind
     thread = serve(store, settings, port=chosen, addr=addr)
     if json_out:
         emit_json({"url": f"http://{addr}:{chosen}/metrics"})

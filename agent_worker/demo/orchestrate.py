@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import tempfile
 import time
 from collections import Counter
@@ -90,12 +91,23 @@ def _run_demo(aw: AgentWorker, fleet: Fleet, vendor: VendorProcess, runs_wanted:
 def _print_kept(fleet: Fleet, flower: str, auth: str) -> None:
     print(f"""
 The fleet is still running, so you can look around:
-  Flower     {flower}  (user:password {auth}); search kwargs:run_id=<id> under Tasks
+  Flower     {flower}  (user:password {auth}, also in .data/flower-auth);
+             search kwargs:run_id=<id> under Tasks
   runs       agent-worker runs list   |   agent-worker runs show RUN --laps
   a new run  agent-worker submit refund-desk --wait
   logs       {fleet.logdir}
 Stop it:     deploy/local/demo.sh --stop     (workers, beat, Flower, the demo's vendor)
              deploy/local/services.sh stop   (Postgres, Redis and the vendor of services.sh)""")
+
+
+def _save_auth(path: Path, auth: str) -> None:
+    """Keep the demo Flower's ``user:password`` where the README's curl reads it
+    (``.data/flower-auth``), readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(auth)
+    path.chmod(0o600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     logdir = Path(tempfile.mkdtemp(prefix="agent-worker-demo-"))
     vendor = start_vendor(logdir / "vendor.db")
-    auth = os.environ.get("FLOWER_BASIC_AUTH", "demo:demo")
+    # A fresh random password per demo (never a fixed one), printed below and
+    # saved in .data/flower-auth for the README's curl. Flower listens on loopback.
+    auth = os.environ.get("FLOWER_BASIC_AUTH") or f"demo:{secrets.token_urlsafe(12)}"
+    _save_auth(opts.fleet_file.parent / "flower-auth", auth)
     env = {**os.environ, "AGENT_WORKER_VENDOR_URL": vendor.url, "FLOWER_BASIC_AUTH": auth}
     fleet = Fleet(logdir, env, extra_pids={"vendor": vendor.pid or 0})
     flower = f"http://127.0.0.1:{opts.flower_port}"
@@ -130,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet.spawn("beat", ["-m", "celery", "-A", "tasks", "beat", "-s",
                              str(logdir / "beat.db")])
         fleet.spawn("flower", ["-m", "celery", "-A", "tasks", "flower",
-                               f"--port={opts.flower_port}"])
+                               f"--port={opts.flower_port}", "--address=127.0.0.1"])
         print(f"logs in {logdir}; Flower on {flower} (user:password {auth})", flush=True)
         ok = _run_demo(client(), fleet, vendor, opts.runs)
         if opts.keep:

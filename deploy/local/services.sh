@@ -7,6 +7,11 @@
 # As root, Postgres runs as the postgres user, which must be able to enter the
 # data folder: a checkout under a mode-700 folder (root's home on Debian) keeps
 # Postgres's data under /var/lib/agent-worker/ instead (one folder per checkout).
+# Postgres: scram-sha-256 over TCP (no trust), role agent_worker owns database
+# agent_worker and may CREATE DATABASE (tests) but is not a superuser; its
+# generated password is in .data/pg-password and the libpq passfile
+# ($PGPASSFILE, else ~/.pgpass), so URLs need no password. A data folder of an
+# older version of this script (trust, superuser) is migrated at start.
 # Ports: Postgres 54329, Redis 63799 (the defaults of AGENT_WORKER_DATABASE_URL
 # and AGENT_WORKER_BROKER_URL), so they never clash with a system install.
 set -euo pipefail
@@ -44,21 +49,90 @@ start_pg() {
   if [ ! -s "$pg/PG_VERSION" ]; then
     mkdir -p "$pg"
     [ "$(id -u)" = 0 ] && chown postgres "$pg" && chmod 700 "$pg"
-    as_pg "$pgbin/initdb" -D "$pg" -U postgres --auth=trust -E UTF8 >/dev/null
+    # Never trust: passwords (scram-sha-256) over TCP from the first start on.
+    as_pg "$pgbin/initdb" -D "$pg" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
+      -E UTF8 >/dev/null
+    pg_auth_files "$pg"
   fi
   if ! as_pg "$pgbin/pg_isready" -h 127.0.0.1 -p "$pg_port" -q; then
     [ "$(id -u)" = 0 ] && chown -R postgres "$pg"
     as_pg "$pgbin/pg_ctl" -D "$pg" -l "$pg/server.log" -w -t 60 \
       -o "-p $pg_port -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=300" start >/dev/null
   fi
-  as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -tAc \
-    "SELECT 1 FROM pg_roles WHERE rolname='agent_worker'" | grep -q 1 ||
-    as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -qc \
-      "CREATE ROLE agent_worker LOGIN SUPERUSER"
-  as_pg "$pgbin/psql" -h 127.0.0.1 -p "$pg_port" -U postgres -tAc \
-    "SELECT 1 FROM pg_database WHERE datname='agent_worker'" | grep -q 1 ||
-    as_pg "$pgbin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres -O agent_worker agent_worker
-  echo "postgres: postgresql+psycopg://agent_worker@127.0.0.1:$pg_port/agent_worker"
+  if pg_ours "$pg"; then
+    secure_pg "$pg"
+    echo "postgres: postgresql+psycopg://agent_worker@127.0.0.1:$pg_port/agent_worker" \
+      "(password in $data/pg-password and $(passfile))"
+  else
+    # Another checkout's server answers on this port: not ours to reconfigure.
+    echo "postgres: postgresql+psycopg://agent_worker@127.0.0.1:$pg_port/agent_worker" \
+      "(served from another data directory; left as it is)"
+  fi
+}
+
+pg_ours() {
+  # Is the server on $pg_port the one running from this data folder? Its
+  # postmaster.pid names the port (line 4) and a live pid (line 1).
+  local pidfile="$1/postmaster.pid"
+  [ "$(as_pg sed -n 4p "$pidfile" 2>/dev/null)" = "$pg_port" ] &&
+    kill -0 "$(as_pg sed -n 1p "$pidfile" 2>/dev/null)" 2>/dev/null
+}
+
+passfile() { echo "${PGPASSFILE:-$HOME/.pgpass}"; }
+
+pg_auth_files() {
+  # Peer auth on the socket for the postgres superuser only (mapped from the OS
+  # user that runs the server: postgres as root, else the caller), and
+  # scram-sha-256 for every TCP client. Replaces initdb's rules, or an older
+  # version of this script's trust.
+  local pg="$1" me
+  me="$(as_pg id -un)"
+  printf '# Written by deploy/local/services.sh.\nowner %s postgres\n' "$me" |
+    as_pg sh -c 'cat > "$1"' _ "$pg/pg_ident.conf"
+  printf '%s\n' '# Written by deploy/local/services.sh: no trust anywhere.' \
+    'local all postgres peer map=owner' \
+    'host all all 127.0.0.1/32 scram-sha-256' \
+    'host all all ::1/128 scram-sha-256' |
+    as_pg sh -c 'cat > "$1"' _ "$pg/pg_hba.conf"
+}
+
+secure_pg() {
+  # The app role owns its database and may create test databases, but is not a
+  # superuser (so COPY ... TO PROGRAM and friends are refused); it logs in with
+  # a generated password kept in $data/pg-password (mode 600) and in the libpq
+  # passfile ($PGPASSFILE, else ~/.pgpass) that the app and the tests read.
+  # Also migrates a data folder of an older script (trust auth, superuser role).
+  local pg="$1" pw file
+  if ! as_pg grep -q 'no trust anywhere' "$pg/pg_hba.conf" 2>/dev/null ||
+     ! as_pg grep -q '^owner ' "$pg/pg_ident.conf" 2>/dev/null; then
+    pg_auth_files "$pg"
+    as_pg "$pgbin/pg_ctl" -D "$pg" reload >/dev/null
+    sleep 0.5
+  fi
+  if [ ! -s "$data/pg-password" ]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$data/pg-password")
+  fi
+  chmod 600 "$data/pg-password"
+  pw="$(cat "$data/pg-password")"
+  # On stdin, never in argv: the password stays out of the process list.
+  as_pg "$pgbin/psql" -h /tmp -p "$pg_port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1 \
+    >/dev/null <<SQL
+SET password_encryption = 'scram-sha-256';
+SELECT 'CREATE ROLE agent_worker LOGIN'
+  WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_worker') \gexec
+ALTER ROLE agent_worker WITH LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
+  PASSWORD '$pw';
+SELECT 'CREATE DATABASE agent_worker OWNER agent_worker'
+  WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agent_worker') \gexec
+ALTER DATABASE agent_worker OWNER TO agent_worker;
+SQL
+  file="$(passfile)"
+  (umask 077 && touch "$file")
+  { grep -v -e "^127\.0\.0\.1:$pg_port:\*:agent_worker:" -e "^localhost:$pg_port:\*:agent_worker:" \
+      "$file" || true
+    echo "127.0.0.1:$pg_port:*:agent_worker:$pw"
+    echo "localhost:$pg_port:*:agent_worker:$pw"; } > "$file.new.$$"
+  chmod 600 "$file.new.$$" && mv "$file.new.$$" "$file"
 }
 
 start_redis() {

@@ -1,0 +1,101 @@
+"""A caller's budget only tightens the agent's limits (issue 16, item 4): a
+``start_run(budget=...)`` used to replace the agent's budget wholesale, so
+``Budget(max_laps=None, max_cost=None)`` lifted every limit. In process, on
+SQLite and on a fresh real Postgres database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_worker import Budget, InProcessWorker, ScriptedModel, tool, turn
+from agent_worker.agent import Agent, Registry
+from agent_worker.messages import ModelRequest, ModelResponse
+from store.sql import SqlStore
+
+AGENT_LIMITS = Budget(max_laps=3, max_cost=Decimal("5"), max_input_tokens=10_000,
+                      on_exceed="fail")
+
+
+@tool
+def note(text: str) -> str:
+    """A read step."""
+    return text
+
+
+def _forever(r: ModelRequest) -> ModelResponse:
+    """A model that goes on for 8 laps: only a budget stops the run earlier."""
+    if r.lap > 8:
+        return turn("done")
+    return turn(f"lap {r.lap}", [("note", {"text": "again"})])
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'aw.db'}"
+    value: str = request.getfixturevalue("database_url")
+    return value
+
+
+@pytest.fixture
+def w(url: str) -> Iterator[InProcessWorker]:
+    worker = InProcessWorker(url, retry_backoff_seconds=0, max_lap_attempts=3)
+    worker.rt.registry = Registry()
+    worker.rt.registry.register(Agent(name="capped", model=ScriptedModel(_forever),
+                                      tools=[note], budget=AGENT_LIMITS))
+    yield worker
+    store = worker.rt.store
+    assert isinstance(store, SqlStore)
+    store.dispose()
+
+
+def _run_out(w: InProcessWorker, budget: Budget | None) -> Any:
+    run = w.start_run("capped", "go", budget=budget)
+    w.run_until_idle()
+    return w.get_run(run.id)
+
+
+def test_a_caller_cannot_lift_the_agents_limits_with_none(w: InProcessWorker) -> None:
+    run = _run_out(w, Budget(max_laps=None, max_cost=None, max_input_tokens=None))
+    assert run.limits["max_laps"] == 3
+    assert Decimal(str(run.limits["max_cost"])) == Decimal("5")
+    assert run.limits["max_input_tokens"] == 10_000
+    assert (run.status, run.error_code, run.laps_used) == ("failed", "budget_exceeded", 3)
+
+
+def test_a_looser_caller_limit_keeps_the_agents(w: InProcessWorker) -> None:
+    run = _run_out(w, Budget(max_laps=50, max_cost=Decimal("100")))
+    assert run.limits["max_laps"] == 3
+    assert Decimal(str(run.limits["max_cost"])) == Decimal("5")
+    assert run.laps_used == 3 and run.status == "failed"
+
+
+def test_a_stricter_caller_limit_applies_and_unset_fields_keep_the_agents(
+        w: InProcessWorker) -> None:
+    run = _run_out(w, Budget(max_laps=2, max_output_tokens=999))
+    assert run.limits["max_laps"] == 2 and run.limits["max_output_tokens"] == 999
+    assert Decimal(str(run.limits["max_cost"])) == Decimal("5"), "not reset to the default"
+    assert run.limits["max_input_tokens"] == 10_000
+    assert (run.status, run.laps_used) == ("failed", 2)
+
+
+def test_a_caller_may_choose_to_pause_and_only_raise_budget_lifts(w: InProcessWorker) -> None:
+    run = _run_out(w, Budget(max_laps=None, on_exceed="pause"))
+    assert (run.status, run.waiting_for, run.laps_used) == ("waiting", "budget", 3)
+    # The operator verb still lifts a limit past the agent's own.
+    raised = w.raise_budget(run.id, by="ops:dana", max_laps=5)
+    assert raised.limits["max_laps"] == 5
+    w.run_until_idle()
+    run = w.get_run(run.id)
+    assert (run.status, run.laps_used) == ("waiting", 5)
+
+
+def test_no_caller_budget_is_the_agents() -> None:
+    assert AGENT_LIMITS.tightened_by(None) == AGENT_LIMITS
+    assert AGENT_LIMITS.tightened_by(Budget()) == AGENT_LIMITS
+    assert Budget(max_laps=None).tightened_by(Budget(max_laps=7)).max_laps == 7
