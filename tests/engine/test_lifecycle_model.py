@@ -270,13 +270,22 @@ class Lifecycle(RuleBasedStateMachine):
     # --- deliveries and faults ---------------------------------------------------
 
     @precondition(lambda self: self.w.queue.pending)
-    @rule(i=st.integers(0, 50), fault=st.sampled_from((None,) * 6 + STORE_POINTS + TOOL_POINTS))
+    @rule(i=st.integers(0, 50), fault=st.sampled_from((None,) * 4 + STORE_POINTS + TOOL_POINTS))
     def deliver(self, i: int, fault: str | None) -> None:
         """The broker hands one queued message to a worker, which may die."""
         pending = self.w.queue.pending
         lap = pending[i % len(pending)]
         pending.remove(lap)
         self._lap(lap, fault)
+
+    @precondition(lambda self: self.w.queue.pending)
+    @rule()
+    def drain(self) -> None:
+        """Healthy workers handle everything queued (and what that queues)."""
+        for _ in range(30):
+            if not self.w.queue.pending:
+                return
+            self._lap(self.w.queue.pending.popleft(), None)
 
     @precondition(lambda self: self.w.queue.pending)
     @rule(i=st.integers(0, 50))
@@ -299,8 +308,10 @@ class Lifecycle(RuleBasedStateMachine):
         pending.remove(pending[i % len(pending)])
 
     @precondition(lambda self: self.w.queue.pending)
-    @rule(i=st.integers(0, 50), read=st.sampled_from(sorted(MEDDLING)), pick=st.integers(0, 3))
-    def deliver_while_an_operator_acts(self, i: int, read: str, pick: int) -> None:
+    @rule(i=st.integers(0, 50), read=st.sampled_from(sorted(MEDDLING)), pick=st.integers(0, 3),
+          fault=st.sampled_from((None, None, "after_apply", "after_outcome", "after_commit")))
+    def deliver_while_an_operator_acts(self, i: int, read: str, pick: int,
+                                       fault: str | None) -> None:
         """A lap runs while an operator (or another process) acts on its run,
         right after the lap read what that act changes."""
         pending = self.w.queue.pending
@@ -315,7 +326,7 @@ class Lifecycle(RuleBasedStateMachine):
         verbs = MEDDLING[read]
         verb = verbs[pick % len(verbs)]
         WORLD.meddle = (read, acts[verb])
-        self._lap(lap, None)
+        self._lap(lap, fault)
 
     def _lap(self, lap: DueLap, fault: str | None) -> None:
         self.delivered.append(lap)
@@ -333,12 +344,11 @@ class Lifecycle(RuleBasedStateMachine):
 
     # --- time and the sweeper --------------------------------------------------------
 
-    @rule(seconds=st.sampled_from([1, 31, 61, 601, 3601]))
-    def time_passes(self, seconds: int) -> None:
+    @rule(seconds=st.sampled_from([0, 1, 31, 61, 601, 3601]))
+    def sweep(self, seconds: int = 0) -> None:
+        """Time passes (a clock jump past leases, overdue sends, timers or
+        approval timeouts), then the sweeper runs."""
         self.clock.advance(seconds=seconds)
-
-    @rule()
-    def sweep(self) -> None:
         self.w.sweep()
         # Runs of earlier examples stay in the database; this example ignores
         # them so that it replays the same way when hypothesis shrinks it.
@@ -542,7 +552,7 @@ def test_lifecycle_model(postgres: None) -> None:
     ``AGENT_WORKER_MODEL_NO_SHRINK=1`` reports a failure at once, unshrunk."""
     phases = [p for p in Phase if not (os.environ.get("AGENT_WORKER_MODEL_NO_SHRINK")
                                        and p in (Phase.shrink, Phase.explain))]
-    run = settings(max_examples=EXAMPLES, stateful_step_count=12, deadline=None,
+    run = settings(max_examples=EXAMPLES, stateful_step_count=15, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                    derandomize=not os.environ.get("AGENT_WORKER_MODEL_RANDOM"),
                    phases=phases)(Lifecycle)
