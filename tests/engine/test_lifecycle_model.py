@@ -44,7 +44,7 @@ from agent_worker.agent import Agent, Registry
 from agent_worker.clock import ManualClock
 from agent_worker.control import sleep_tool, wait_for_signal_tool
 from agent_worker.engine.lap import run_lap
-from agent_worker.errors import AgentWorkerError
+from agent_worker.errors import AgentWorkerError, MalformedModelOutputError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
 from agent_worker.tools import ToolContext
@@ -70,6 +70,8 @@ class World:
         self.released: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.kinds: dict[str, str] = {}
+        #: (run, turn) of "glitch" turns whose model output was already unreadable once.
+        self.glitched: set[tuple[str, int]] = set()
         self.armed: str | None = None
         #: An operator verb that lands in the middle of the next lap, right
         #: after the named store read: (read, verb).
@@ -153,6 +155,12 @@ def _script(r: ModelRequest) -> ModelResponse:
     k = model_turns(r)
     if k >= len(plan):
         return turn("done")
+    if plan[k] == "glitch":
+        # Unreadable once (the run fails and compensates), fine on a retry.
+        if (r.run_id, k) not in WORLD.glitched:
+            WORLD.glitched.add((r.run_id, k))
+            raise MalformedModelOutputError("unreadable model output")
+        return turn(f"turn {k}", [("note", {"text": "after the glitch"})])
     return turn(f"turn {k}", [tuple(c) for c in plan[k]])
 
 
@@ -171,7 +179,8 @@ CALLS = st.one_of(
     st.builds(lambda n, t: ["wait_for_signal", {"name": n, "timeout_seconds": t}],
               st.sampled_from(["a", "b"]), st.sampled_from([600, None])),
 )
-PLANS = st.lists(st.lists(CALLS, min_size=1, max_size=2), min_size=1, max_size=4)
+TURNS = st.one_of(st.lists(CALLS, min_size=1, max_size=2), st.just("glitch"))
+PLANS = st.lists(TURNS, min_size=1, max_size=4)
 
 
 #: Where in a lap an operator's act can land, and the acts that matter there.
@@ -264,7 +273,7 @@ class Lifecycle(RuleBasedStateMachine):
         run = self.w.start_run(V1.name, plan)
         self.ids.append(run.id)
         self.effectful[run.id] = sum(c[0] in ("pay", "book", "charge", "wire")
-                                     for t in plan for c in t)
+                                     for t in plan if t != "glitch" for c in t)
         return run.id
 
     # --- deliveries and faults ---------------------------------------------------
