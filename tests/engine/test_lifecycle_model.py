@@ -68,7 +68,6 @@ class World:
     def __init__(self) -> None:
         self.applied: Counter[str] = Counter()
         self.released: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
         self.kinds: dict[str, str] = {}
         #: (run, turn) of "glitch" turns whose model output was already unreadable once.
         self.glitched: set[tuple[str, int]] = set()
@@ -90,7 +89,6 @@ class World:
             raise Crash(point)
 
     def apply(self, key: str, kind: str) -> dict[str, str]:
-        self.calls[key] += 1
         self.kinds[key] = kind
         self.fire("before_apply")
         self.fire("tool_error")
