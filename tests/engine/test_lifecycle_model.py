@@ -37,7 +37,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
@@ -196,6 +196,7 @@ class FaultyStore:
 
     def __init__(self, inner: SqlStore) -> None:
         self.inner = inner
+        self.shifts = _shifts_database_time(inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -355,7 +356,7 @@ class Lifecycle(RuleBasedStateMachine):
     def sweep(self, seconds: int = 0) -> None:
         """Time passes (a clock jump past leases, overdue sends, timers or
         approval timeouts), then the sweeper runs."""
-        self.clock.advance(seconds=seconds)
+        _advance(seconds)
         self.w.sweep()
         # Runs of earlier examples stay in the database; this example ignores
         # them so that it replays the same way when hypothesis shrinks it.
@@ -497,7 +498,7 @@ class Lifecycle(RuleBasedStateMachine):
         """Nothing stuck: with time, sweeps and truthful humans, every run ends."""
         try:
             for _ in range(30):
-                self.clock.advance(seconds=3601)
+                _advance(3601)
                 for _ in range(50):
                     self.sweep()
                     if not self.w.queue.pending:
@@ -527,6 +528,24 @@ class Lifecycle(RuleBasedStateMachine):
 #: One clock for every example: it only moves forward, like time.
 CLOCK = ManualClock(datetime.now(UTC))
 _workers: list[InProcessWorker] = []
+_SHIFT = text("UPDATE testclock.shift SET seconds = seconds + :s")
+
+
+def _shifts_database_time(store: SqlStore) -> bool:
+    """Whether the test database has a movable clock (a ``testclock.shift``
+    that its ``now()`` adds): where leases and timers are compared on the
+    database's time, a jump must move that clock too."""
+    with store.engine.connect() as c:
+        return c.execute(text("SELECT to_regclass('testclock.shift')")).scalar() is not None
+
+
+def _advance(seconds: float) -> None:
+    CLOCK.advance(seconds=seconds)
+    store = _worker().rt.store
+    assert isinstance(store, FaultyStore)
+    if seconds and store.shifts:
+        with store.inner.engine.begin() as c:
+            c.execute(_SHIFT, {"s": seconds})
 
 
 def _worker() -> InProcessWorker:
@@ -546,9 +565,14 @@ def postgres(database_url: str) -> Iterator[None]:
     # interleavings, so its commits skip the fsync wait (10x more examples).
     store = SqlStore(make_engine(database_url,
                                  connect_args={"options": "-c synchronous_commit=off"}))
-    w.rt.store = FaultyStore(store)  # type: ignore[assignment]
+    faulty = FaultyStore(store)
+    w.rt.store = faulty  # type: ignore[assignment]
     _workers.append(w)
+    moved = CLOCK.now()
     yield
+    if faulty.shifts:  # set the database's time back for the tests after this one
+        with store.engine.begin() as c:
+            c.execute(_SHIFT, {"s": -(CLOCK.now() - moved).total_seconds()})
     _workers.clear()
     store.dispose()
 
