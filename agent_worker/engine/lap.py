@@ -124,9 +124,7 @@ def _not_claimed(rt: Runtime, run_id: str, lap: int) -> Outcome:
     if (run is None or run.next_lap != lap or run.status not in RUNNABLE
             or rt.registry.resolve(run.agent_name, run.agent_version) is not None):
         return "skipped"
-    rt.store.record_event(run_id, lap, "unserved",
-                          {"worker_serves": [f"{n}@{v}" for n, v in
-                                             rt.registry.served_versions()]},
+    rt.store.record_event(run_id, lap, "unserved", {"worker_serves": _served(rt)},
                           now=rt.clock.now())
     return "unserved"
 

@@ -37,14 +37,14 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
 from agent_worker.clock import ManualClock
 from agent_worker.control import sleep_tool, wait_for_signal_tool
 from agent_worker.engine.lap import run_lap
-from agent_worker.errors import AgentWorkerError
+from agent_worker.errors import AgentWorkerError, MalformedModelOutputError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
 from agent_worker.tools import ToolContext
@@ -68,8 +68,9 @@ class World:
     def __init__(self) -> None:
         self.applied: Counter[str] = Counter()
         self.released: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
         self.kinds: dict[str, str] = {}
+        #: (run, turn) of "glitch" turns whose model output was already unreadable once.
+        self.glitched: set[tuple[str, int]] = set()
         self.armed: str | None = None
         #: An operator verb that lands in the middle of the next lap, right
         #: after the named store read: (read, verb).
@@ -88,7 +89,6 @@ class World:
             raise Crash(point)
 
     def apply(self, key: str, kind: str) -> dict[str, str]:
-        self.calls[key] += 1
         self.kinds[key] = kind
         self.fire("before_apply")
         self.fire("tool_error")
@@ -153,6 +153,12 @@ def _script(r: ModelRequest) -> ModelResponse:
     k = model_turns(r)
     if k >= len(plan):
         return turn("done")
+    if plan[k] == "glitch":
+        # Unreadable once (the run fails and compensates), fine on a retry.
+        if (r.run_id, k) not in WORLD.glitched:
+            WORLD.glitched.add((r.run_id, k))
+            raise MalformedModelOutputError("unreadable model output")
+        return turn(f"turn {k}", [("note", {"text": "after the glitch"})])
     return turn(f"turn {k}", [tuple(c) for c in plan[k]])
 
 
@@ -171,7 +177,8 @@ CALLS = st.one_of(
     st.builds(lambda n, t: ["wait_for_signal", {"name": n, "timeout_seconds": t}],
               st.sampled_from(["a", "b"]), st.sampled_from([600, None])),
 )
-PLANS = st.lists(st.lists(CALLS, min_size=1, max_size=2), min_size=1, max_size=4)
+TURNS = st.one_of(st.lists(CALLS, min_size=1, max_size=2), st.just("glitch"))
+PLANS = st.lists(TURNS, min_size=1, max_size=4)
 
 
 #: Where in a lap an operator's act can land, and the acts that matter there.
@@ -189,6 +196,7 @@ class FaultyStore:
 
     def __init__(self, inner: SqlStore) -> None:
         self.inner = inner
+        self.shifts = _shifts_database_time(inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -264,19 +272,28 @@ class Lifecycle(RuleBasedStateMachine):
         run = self.w.start_run(V1.name, plan)
         self.ids.append(run.id)
         self.effectful[run.id] = sum(c[0] in ("pay", "book", "charge", "wire")
-                                     for t in plan for c in t)
+                                     for t in plan if t != "glitch" for c in t)
         return run.id
 
     # --- deliveries and faults ---------------------------------------------------
 
     @precondition(lambda self: self.w.queue.pending)
-    @rule(i=st.integers(0, 50), fault=st.sampled_from((None,) * 6 + STORE_POINTS + TOOL_POINTS))
+    @rule(i=st.integers(0, 50), fault=st.sampled_from((None,) * 4 + STORE_POINTS + TOOL_POINTS))
     def deliver(self, i: int, fault: str | None) -> None:
         """The broker hands one queued message to a worker, which may die."""
         pending = self.w.queue.pending
         lap = pending[i % len(pending)]
         pending.remove(lap)
         self._lap(lap, fault)
+
+    @precondition(lambda self: self.w.queue.pending)
+    @rule()
+    def drain(self) -> None:
+        """Healthy workers handle everything queued (and what that queues)."""
+        for _ in range(30):
+            if not self.w.queue.pending:
+                return
+            self._lap(self.w.queue.pending.popleft(), None)
 
     @precondition(lambda self: self.w.queue.pending)
     @rule(i=st.integers(0, 50))
@@ -299,8 +316,10 @@ class Lifecycle(RuleBasedStateMachine):
         pending.remove(pending[i % len(pending)])
 
     @precondition(lambda self: self.w.queue.pending)
-    @rule(i=st.integers(0, 50), read=st.sampled_from(sorted(MEDDLING)), pick=st.integers(0, 3))
-    def deliver_while_an_operator_acts(self, i: int, read: str, pick: int) -> None:
+    @rule(i=st.integers(0, 50), read=st.sampled_from(sorted(MEDDLING)), pick=st.integers(0, 3),
+          fault=st.sampled_from((None, None, "after_apply", "after_outcome", "after_commit")))
+    def deliver_while_an_operator_acts(self, i: int, read: str, pick: int,
+                                       fault: str | None) -> None:
         """A lap runs while an operator (or another process) acts on its run,
         right after the lap read what that act changes."""
         pending = self.w.queue.pending
@@ -315,7 +334,7 @@ class Lifecycle(RuleBasedStateMachine):
         verbs = MEDDLING[read]
         verb = verbs[pick % len(verbs)]
         WORLD.meddle = (read, acts[verb])
-        self._lap(lap, None)
+        self._lap(lap, fault)
 
     def _lap(self, lap: DueLap, fault: str | None) -> None:
         self.delivered.append(lap)
@@ -333,12 +352,11 @@ class Lifecycle(RuleBasedStateMachine):
 
     # --- time and the sweeper --------------------------------------------------------
 
-    @rule(seconds=st.sampled_from([1, 31, 61, 601, 3601]))
-    def time_passes(self, seconds: int) -> None:
-        self.clock.advance(seconds=seconds)
-
-    @rule()
-    def sweep(self) -> None:
+    @rule(seconds=st.sampled_from([0, 1, 31, 61, 601, 3601]))
+    def sweep(self, seconds: int = 0) -> None:
+        """Time passes (a clock jump past leases, overdue sends, timers or
+        approval timeouts), then the sweeper runs."""
+        _advance(seconds)
         self.w.sweep()
         # Runs of earlier examples stay in the database; this example ignores
         # them so that it replays the same way when hypothesis shrinks it.
@@ -480,7 +498,7 @@ class Lifecycle(RuleBasedStateMachine):
         """Nothing stuck: with time, sweeps and truthful humans, every run ends."""
         try:
             for _ in range(30):
-                self.clock.advance(seconds=3601)
+                _advance(3601)
                 for _ in range(50):
                     self.sweep()
                     if not self.w.queue.pending:
@@ -510,6 +528,24 @@ class Lifecycle(RuleBasedStateMachine):
 #: One clock for every example: it only moves forward, like time.
 CLOCK = ManualClock(datetime.now(UTC))
 _workers: list[InProcessWorker] = []
+_SHIFT = text("UPDATE testclock.shift SET seconds = seconds + :s")
+
+
+def _shifts_database_time(store: SqlStore) -> bool:
+    """Whether the test database has a movable clock (a ``testclock.shift``
+    that its ``now()`` adds): where leases and timers are compared on the
+    database's time, a jump must move that clock too."""
+    with store.engine.connect() as c:
+        return c.execute(text("SELECT to_regclass('testclock.shift')")).scalar() is not None
+
+
+def _advance(seconds: float) -> None:
+    CLOCK.advance(seconds=seconds)
+    store = _worker().rt.store
+    assert isinstance(store, FaultyStore)
+    if seconds and store.shifts:
+        with store.inner.engine.begin() as c:
+            c.execute(_SHIFT, {"s": seconds})
 
 
 def _worker() -> InProcessWorker:
@@ -529,9 +565,14 @@ def postgres(database_url: str) -> Iterator[None]:
     # interleavings, so its commits skip the fsync wait (10x more examples).
     store = SqlStore(make_engine(database_url,
                                  connect_args={"options": "-c synchronous_commit=off"}))
-    w.rt.store = FaultyStore(store)  # type: ignore[assignment]
+    faulty = FaultyStore(store)
+    w.rt.store = faulty  # type: ignore[assignment]
     _workers.append(w)
+    moved = CLOCK.now()
     yield
+    if faulty.shifts:  # set the database's time back for the tests after this one
+        with store.engine.begin() as c:
+            c.execute(_SHIFT, {"s": -(CLOCK.now() - moved).total_seconds()})
     _workers.clear()
     store.dispose()
 
@@ -542,7 +583,7 @@ def test_lifecycle_model(postgres: None) -> None:
     ``AGENT_WORKER_MODEL_NO_SHRINK=1`` reports a failure at once, unshrunk."""
     phases = [p for p in Phase if not (os.environ.get("AGENT_WORKER_MODEL_NO_SHRINK")
                                        and p in (Phase.shrink, Phase.explain))]
-    run = settings(max_examples=EXAMPLES, stateful_step_count=12, deadline=None,
+    run = settings(max_examples=EXAMPLES, stateful_step_count=15, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
                    derandomize=not os.environ.get("AGENT_WORKER_MODEL_RANDOM"),
                    phases=phases)(Lifecycle)
