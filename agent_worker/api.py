@@ -33,8 +33,8 @@ from agent_worker.errors import (
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
+from agent_worker.vocabulary import TERMINAL, RunStatus
 from store.base import (
-    TERMINAL,
     ApprovalRecord,
     DueLap,
     EffectRecord,
@@ -137,7 +137,7 @@ class AgentWorker:
             raise UnknownRunError(f"unknown run {run_id!r}")
         return run
 
-    def list_runs(self, *, status: str | None = None, agent: str | None = None,
+    def list_runs(self, *, status: RunStatus | None = None, agent: str | None = None,
                   agent_version: str | None = None, tenant: str | None = None,
                   stale: bool = False, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first; ``stale`` keeps runnable runs with no checkpoint

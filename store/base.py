@@ -13,14 +13,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from agent_worker.messages import Message
-
-RunStatus = Literal["queued", "running", "waiting", "sleeping", "succeeded", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-#: Statuses a worker may claim (a "running" run whose lease lapsed is reclaimable).
-RUNNABLE: tuple[str, ...] = ("queued", "running")
-#: ``not_applied``: known never to have landed (a lookup found nothing, or a
-#: human said so); a replay calls it again with the same key.
-EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown", "not_applied"]
+from agent_worker.vocabulary import RUNNABLE as RUNNABLE
+from agent_worker.vocabulary import TERMINAL as TERMINAL
+from agent_worker.vocabulary import EffectStatus as EffectStatus
+from agent_worker.vocabulary import RunStatus as RunStatus
+from agent_worker.vocabulary import WaitingFor
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,7 @@ class RunRecord:
     tenant: str | None
     agent_name: str
     agent_version: str
-    status: str
+    status: RunStatus
     next_lap: int
     lap_attempts: int
     waiting_for: str | None
@@ -90,7 +87,7 @@ class EffectRecord:
     kind: str
     args_hash: str
     args: dict[str, Any]
-    status: str
+    status: EffectStatus
     result: Any
     error: str | None
     attempts: int
@@ -193,9 +190,9 @@ class NewRun:
 class RunUpdate:
     """How a lap commit or release leaves the run row."""
 
-    status: str
+    status: RunStatus
     wake_at: datetime | None = None
-    waiting_for: str | None = None
+    waiting_for: WaitingFor | None = None
     result: Any = None
     error_code: str | None = None
     error_message: str | None = None
@@ -252,7 +249,7 @@ class Store(Protocol):
     def list_runs(
         self,
         *,
-        status: str | None = None,
+        status: RunStatus | None = None,
         agent: str | None = None,
         agent_version: str | None = None,
         tenant: str | None = None,
@@ -298,7 +295,8 @@ class Store(Protocol):
         ...
 
     def finish_effect(
-        self, key: str, *, status: str, result: Any, error: str | None, now: datetime
+        self, key: str, *, status: EffectStatus, result: Any, error: str | None,
+        now: datetime,
     ) -> None:
         """Record an effect's outcome. Not fenced: what happened in the world is
         recorded even if the lease was lost meanwhile."""
@@ -357,7 +355,7 @@ class Store(Protocol):
     def request_cancel(self, run_id: str, *, reason: str, by: str,
                        now: datetime) -> DueLap | None: ...
 
-    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
+    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[RunStatus],
                 event: dict[str, Any], limits: dict[str, Any] | None = None,
                 replay: bool = False) -> DueLap:
         """Queue a paused or failed run again. With ``replay`` (``retry``), refuse

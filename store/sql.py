@@ -16,9 +16,9 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
+from agent_worker.vocabulary import RUNNABLE, TERMINAL, EffectStatus, RunStatus, wait_text
 from store import pauses, postgres, statements, sweeping, wakeups
 from store.base import (
-    RUNNABLE,
     ApprovalRecord,
     Claim,
     DueLap,
@@ -177,7 +177,7 @@ class SqlStore:
     def list_runs(
         self,
         *,
-        status: str | None = None,
+        status: RunStatus | None = None,
         agent: str | None = None,
         agent_version: str | None = None,
         tenant: str | None = None,
@@ -311,7 +311,8 @@ class SqlStore:
         return self._tx(tx)
 
     def finish_effect(
-        self, key: str, *, status: str, result: Any, error: str | None, now: datetime
+        self, key: str, *, status: EffectStatus, result: Any, error: str | None,
+        now: datetime,
     ) -> None:
         # An outcome never overwrites "applied"; only compensation moves past it.
         guard = (effects.c.status == "applied" if status == "compensated"
@@ -339,7 +340,7 @@ class SqlStore:
                 return True
             u = commit.update
             laps, tin, tout, cost = commit.usage
-            done = u.status in ("succeeded", "failed", "cancelled")
+            done = u.status in TERMINAL
             fenced = conn.execute(
                 update(runs)
                 .where(
@@ -351,7 +352,7 @@ class SqlStore:
                 .values(
                     next_lap=commit.lap + 1, status=u.status, lease_owner=None,
                     lease_expires_at=None, lap_attempts=0, wake_at=u.wake_at,
-                    waiting_for=u.waiting_for, result=u.result, error_code=u.error_code,
+                    waiting_for=wait_text(u.waiting_for), result=u.result, error_code=u.error_code,
                     error_message=u.error_message, error_detail=u.error_detail,
                     laps_used=laps, input_tokens=tin, output_tokens=tout, cost_micros=cost,
                     updated_at=commit.now, last_checkpoint_at=commit.now,
@@ -394,14 +395,14 @@ class SqlStore:
         def tx(conn: Connection) -> bool:
             values: dict[str, Any] = dict(
                 status=update_.status, lease_owner=None, lease_expires_at=None,
-                wake_at=update_.wake_at, waiting_for=update_.waiting_for,
+                wake_at=update_.wake_at, waiting_for=wait_text(update_.waiting_for),
                 error_code=update_.error_code, error_message=update_.error_message,
                 error_detail=update_.error_detail, updated_at=now,
                 enqueued_at=db_time(now) if update_.enqueue else None,
             )
             if update_.ending is not None:
                 values["ending"] = update_.ending
-            if update_.status in ("succeeded", "failed", "cancelled"):
+            if update_.status in TERMINAL:
                 values.update(finished_at=now, result=update_.result)
             if reset_attempts:
                 values["lap_attempts"] = 0
@@ -471,7 +472,7 @@ class SqlStore:
                        now: datetime) -> DueLap | None:
         return self._tx(lambda c: pauses.request_cancel(c, run_id, reason=reason, by=by, now=now))
 
-    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
+    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[RunStatus],
                 event: dict[str, Any], limits: dict[str, Any] | None = None,
                 replay: bool = False) -> DueLap:
         return self._tx(lambda c: pauses.requeue(c, run_id, now=now, from_statuses=from_statuses,
