@@ -23,6 +23,7 @@ from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.engine.sweep import sweep
 from agent_worker.errors import (
     InvalidInputError,
     NotFoundError,
@@ -349,12 +350,8 @@ class AgentWorker:
         return run
 
     def sweep(self) -> int:
-        """One sweeper pass; returns how many laps it sent."""
-        s = self.rt.settings
-        due = self.rt.store.sweep(now=self.rt.clock.now(), handoff_seconds=s.lease_ttl_seconds,
-                                  resend_max_seconds=s.queued_overdue_seconds)
-        self.rt.send_all(due)
-        return len(due)
+        """One sweeper pass (``engine.sweep``); returns how many laps it sent."""
+        return sweep(self.rt)
 
     @staticmethod
     def cost(run: RunRecord) -> Decimal:
@@ -434,5 +431,11 @@ def retry(run_id: str, *, by: str = "api") -> RunRecord:
     return client().retry(run_id, by=by)
 
 
-__all__ = ["AgentWorker", "approve", "cancel", "client", "configure",
+def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str | None = None,
+         facts: dict[str, Any] | None = None) -> RunRecord:
+    """Fork on the default handle; see ``AgentWorker.fork``."""
+    return client().fork(run_id, lap, new_run_id=new_run_id, version=version, facts=facts)
+
+
+__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "fork",
            "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]
