@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_worker.agent import Agent
+from agent_worker.agent import Agent, registry
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
@@ -33,6 +33,7 @@ from agent_worker.errors import (
 )
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
+from agent_worker.settings import get_settings
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
 from store.base import (
@@ -45,6 +46,8 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
+from store.sql import SqlStore
+from tasks.dispatch import CeleryDispatcher
 
 
 def _check_id(value: str, what: str) -> str:
@@ -372,10 +375,6 @@ def client() -> AgentWorker:
     """The default handle: the configured store and the Celery broker."""
     global _default
     if _default is None:
-        from agent_worker.settings import get_settings
-        from store.sql import SqlStore
-        from tasks.dispatch import CeleryDispatcher
-
         settings = get_settings()
         _load_agents(settings.agent_modules)
         store = SqlStore(settings.database_url)
@@ -386,8 +385,6 @@ def client() -> AgentWorker:
 
 
 def _load_agents(modules: str) -> None:
-    from agent_worker.agent import registry
-
     registry.import_modules(modules.split(","))
 
 

@@ -215,7 +215,7 @@ def celery_client(url: str, broker: str) -> tuple[AgentWorker, Deferred]:
     os.environ.update(AGENT_WORKER_DATABASE_URL=sa_url(url), AGENT_WORKER_BROKER_URL=broker,
                       AGENT_WORKER_AGENT_MODULES="bench.agents")
     get_settings.cache_clear()
-    from tasks.app import app
+    from tasks import app
     from tasks.dispatch import CeleryDispatcher
 
     app.conf.update(broker_url=broker)

@@ -32,6 +32,7 @@ from agent_worker.cli.common import (
     styled_status,
 )
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
+from store import stats
 
 app = typer.Typer(help="List, inspect and follow runs.", no_args_is_help=True)
 
@@ -43,8 +44,6 @@ def _stale_after() -> float:
 def list_rows(*, status: str | None, agent: str | None, agent_version: str | None,
               tenant: str | None, stale: bool, limit: int) -> list[dict[str, Any]]:
     """The runs matching the filters, newest first, with plan progress."""
-    from store import stats
-
     aw = client()
     found = aw.list_runs(status=status, agent=agent, agent_version=agent_version,
                          tenant=tenant, stale=stale, limit=limit)
@@ -141,8 +140,6 @@ def show(
     json_out: JsonOpt = False,
 ) -> None:
     """One run: status, lap, time since its checkpoint, budget, approvals, last error."""
-    from store import stats
-
     aw = client()
     run = aw.get_run(run_id)
     state = stats.latest_checkpoints(sql_store(), [run.id]).get(run.id)
