@@ -232,32 +232,16 @@ class DueLap:
     agent_version: str
 
 
-class Store(Protocol):
-    """Persistence as the lap engine, the sweeper and the public API need it."""
+class LapStore(Protocol):
+    """Persistence as a lap, the sweeper and the retention task need it: claim,
+    journal, commit, release, heartbeat, and the few reads a lap makes."""
 
-    # --- runs -------------------------------------------------------------
-    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert a run with checkpoint 0 and its first messages.
-
-        Returns the run and whether it was created (False: ``new.id`` existed,
-        which makes ``start_run`` with a caller-chosen id idempotent).
-        """
+    def dispose(self) -> None:
+        """Close every pooled connection (at process exit or test teardown)."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        agent: str | None = None,
-        agent_version: str | None = None,
-        tenant: str | None = None,
-        stale_before: datetime | None = None,
-        limit: int = 100,
-    ) -> list[RunRecord]: ...
-
-    # --- the lap ------------------------------------------------------------
     def claim(
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
         window_messages: int, served: Sequence[str] | None = None,
@@ -313,7 +297,6 @@ class Store(Protocol):
         """End the lap without committing it (retry later, pause, fail)."""
         ...
 
-    # --- sweeper ------------------------------------------------------------
     def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
               limit: int = 500) -> list[DueLap]:
         """Recover expired leases, wake due sleepers, time out approvals and
@@ -336,7 +319,42 @@ class Store(Protocol):
     def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,
               batch: int) -> dict[str, int]: ...
 
-    # --- pauses -------------------------------------------------------------
+    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]: ...
+
+    def approval_for(self, effect_key: str) -> ApprovalRecord | None: ...
+
+    def list_messages(self, run_id: str, *, start: int = 0, end: int | None = None
+                      ) -> list[StoredMessage]: ...
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]: ...
+
+    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
+                     *, now: datetime) -> None: ...
+
+
+class Store(LapStore, Protocol):
+    """Everything above plus what the public API and the CLI need: starting
+    runs, queries, human decisions and history."""
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with checkpoint 0 and its first messages.
+
+        Returns the run and whether it was created (False: ``new.id`` existed,
+        which makes ``start_run`` with a caller-chosen id idempotent).
+        """
+        ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        agent_version: str | None = None,
+        tenant: str | None = None,
+        stale_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]: ...
+
     def decide_approval(
         self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
         comment: str | None, now: datetime,
@@ -347,10 +365,6 @@ class Store(Protocol):
 
     def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
                     max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]: ...
-
-    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]: ...
-
-    def approval_for(self, effect_key: str) -> ApprovalRecord | None: ...
 
     def request_cancel(self, run_id: str, *, reason: str, by: str,
                        now: datetime) -> DueLap | None: ...
@@ -371,12 +385,8 @@ class Store(Protocol):
     def resolve_effect(self, key: str, *, applied: bool, result: Any, by: str,
                        now: datetime) -> EffectRecord: ...
 
-    # --- history ------------------------------------------------------------
     def list_checkpoints(self, run_id: str) -> list[tuple[int, int, datetime]]: ...
+
     def get_checkpoint(self, run_id: str, lap: int) -> dict[str, Any] | None: ...
-    def list_messages(self, run_id: str, *, start: int = 0, end: int | None = None
-                      ) -> list[StoredMessage]: ...
-    def list_effects(self, run_id: str) -> list[EffectRecord]: ...
+
     def list_events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]: ...
-    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
-                     *, now: datetime) -> None: ...

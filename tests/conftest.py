@@ -187,9 +187,7 @@ def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     api.configure(None)
     client = api.client()
     yield client
-    from store.sql import SqlStore
 
-    if isinstance(client.rt.store, SqlStore):
-        client.rt.store.dispose()
+    client.rt.store.dispose()
     api.configure(None)
     get_settings.cache_clear()
