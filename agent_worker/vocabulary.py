@@ -12,7 +12,7 @@ from anything here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal, cast, get_args
 
 RunStatus = Literal["queued", "running", "waiting", "sleeping", "succeeded", "failed", "cancelled"]
 #: Every run status, in lifecycle order (metrics and CLI choices list them).
@@ -66,7 +66,7 @@ class WaitingFor:
         kind, sep, ref = text.partition(":")
         if kind not in _KINDS:
             raise ValueError(f"unknown wait kind in {text!r}")
-        return cls(kind, ref if sep else None)  # type: ignore[arg-type]
+        return cls(cast("WaitKind", kind), ref if sep else None)
 
     @staticmethod
     def prefix(kind: WaitKind) -> str:
