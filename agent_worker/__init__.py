@@ -5,114 +5,75 @@ Names load lazily (PEP 562): ``store`` and ``agent_worker`` import each other's
 value modules, and importing one of them first must not drag in the other's
 whole graph half-initialised."""
 
+from __future__ import annotations
+
+import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from agent_worker.agent import Agent, register, registry
-    from agent_worker.api import (
-        AgentWorker,
-        approve,
-        cancel,
-        client,
-        configure,
-        get_run,
-        list_runs,
-        reject,
-        retry,
-        send_signal,
-        start_run,
-        wait,
-    )
-    from agent_worker.budget import Budget
-    from agent_worker.checkpoint import Checkpoint
-    from agent_worker.control import sleep_tool, wait_for_signal_tool
-    from agent_worker.errors import AgentWorkerError, TaskFailedError, ToolError
-    from agent_worker.inprocess import InProcessWorker
-    from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
-    from agent_worker.model import ModelClient, ScriptedModel, turn
-    from agent_worker.tools import Tool, ToolContext, tool
+if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
+    from agent_worker.agent import Agent as Agent
+    from agent_worker.agent import register as register
+    from agent_worker.agent import registry as registry
+    from agent_worker.api import AgentWorker as AgentWorker
+    from agent_worker.api import approve as approve
+    from agent_worker.api import cancel as cancel
+    from agent_worker.api import client as client
+    from agent_worker.api import configure as configure
+    from agent_worker.api import fork as fork
+    from agent_worker.api import get_run as get_run
+    from agent_worker.api import list_runs as list_runs
+    from agent_worker.api import reject as reject
+    from agent_worker.api import retry as retry
+    from agent_worker.api import send_signal as send_signal
+    from agent_worker.api import start_run as start_run
+    from agent_worker.api import wait as wait
+    from agent_worker.budget import Budget as Budget
+    from agent_worker.checkpoint import Checkpoint as Checkpoint
+    from agent_worker.control import sleep_tool as sleep_tool
+    from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
+    from agent_worker.errors import AgentWorkerError as AgentWorkerError
+    from agent_worker.errors import TaskFailedError as TaskFailedError
+    from agent_worker.errors import ToolError as ToolError
+    from agent_worker.inprocess import InProcessWorker as InProcessWorker
+    from agent_worker.messages import Message as Message
+    from agent_worker.messages import ModelRequest as ModelRequest
+    from agent_worker.messages import ModelResponse as ModelResponse
+    from agent_worker.messages import ToolCall as ToolCall
+    from agent_worker.messages import Usage as Usage
+    from agent_worker.model import ModelClient as ModelClient
+    from agent_worker.model import ScriptedModel as ScriptedModel
+    from agent_worker.model import turn as turn
+    from agent_worker.tools import Tool as Tool
+    from agent_worker.tools import ToolContext as ToolContext
+    from agent_worker.tools import tool as tool
 
-_EXPORTS = {
-    "Agent": "agent_worker.agent",
-    "AgentWorker": "agent_worker.api",
-    "AgentWorkerError": "agent_worker.errors",
-    "Budget": "agent_worker.budget",
-    "Checkpoint": "agent_worker.checkpoint",
-    "InProcessWorker": "agent_worker.inprocess",
-    "Message": "agent_worker.messages",
-    "ModelClient": "agent_worker.model",
-    "ModelRequest": "agent_worker.messages",
-    "ModelResponse": "agent_worker.messages",
-    "ScriptedModel": "agent_worker.model",
-    "Tool": "agent_worker.tools",
-    "ToolCall": "agent_worker.messages",
-    "TaskFailedError": "agent_worker.errors",
-    "ToolContext": "agent_worker.tools",
-    "ToolError": "agent_worker.errors",
-    "Usage": "agent_worker.messages",
-    "approve": "agent_worker.api",
-    "cancel": "agent_worker.api",
-    "client": "agent_worker.api",
-    "configure": "agent_worker.api",
-    "get_run": "agent_worker.api",
-    "list_runs": "agent_worker.api",
-    "register": "agent_worker.agent",
-    "registry": "agent_worker.agent",
-    "reject": "agent_worker.api",
-    "retry": "agent_worker.api",
-    "send_signal": "agent_worker.api",
-    "sleep_tool": "agent_worker.control",
-    "start_run": "agent_worker.api",
-    "tool": "agent_worker.tools",
-    "turn": "agent_worker.model",
-    "wait": "agent_worker.api",
-    "wait_for_signal_tool": "agent_worker.control",
+#: The public API: each name and the module it comes from. ``__all__`` and the
+#: lazy lookup below are derived from it; the ``TYPE_CHECKING`` imports above
+#: are its static mirror for type checkers (tests/unit/test_exports.py keeps
+#: the two equal).
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "agent_worker.agent": ("Agent", "register", "registry"),
+    "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
+                         "get_run", "list_runs", "reject", "retry", "send_signal",
+                         "start_run", "wait"),
+    "agent_worker.budget": ("Budget",),
+    "agent_worker.checkpoint": ("Checkpoint",),
+    "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
+    "agent_worker.errors": ("AgentWorkerError", "TaskFailedError", "ToolError"),
+    "agent_worker.inprocess": ("InProcessWorker",),
+    "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
+    "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
+    "agent_worker.tools": ("Tool", "ToolContext", "tool"),
 }
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [
-    "Agent",
-    "AgentWorker",
-    "AgentWorkerError",
-    "Budget",
-    "Checkpoint",
-    "InProcessWorker",
-    "Message",
-    "ModelClient",
-    "ModelRequest",
-    "ModelResponse",
-    "ScriptedModel",
-    "TaskFailedError",
-    "Tool",
-    "ToolCall",
-    "ToolContext",
-    "ToolError",
-    "Usage",
-    "approve",
-    "cancel",
-    "client",
-    "configure",
-    "get_run",
-    "list_runs",
-    "register",
-    "registry",
-    "reject",
-    "retry",
-    "send_signal",
-    "sleep_tool",
-    "start_run",
-    "tool",
-    "turn",
-    "wait",
-    "wait_for_signal_tool",
-]
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'agent_worker' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -20,11 +20,11 @@ from pydantic import BaseModel
 
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint
-from agent_worker.engine.compaction import Summarizer, extractive_summary
 from agent_worker.errors import AgentDefinitionError, UnknownAgentError
 from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.model.protocol import ModelClient
 from agent_worker.redaction import Redactor, redact_secrets
+from agent_worker.summary import Summarizer, extractive_summary
 from agent_worker.tools import Tool
 from agent_worker.untrusted import check_name
 

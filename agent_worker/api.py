@@ -18,11 +18,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_worker.agent import Agent
+from agent_worker.agent import Agent, registry
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.engine.sweep import sweep
 from agent_worker.errors import (
     InvalidInputError,
     NotFoundError,
@@ -32,9 +33,10 @@ from agent_worker.errors import (
 )
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
+from agent_worker.settings import get_settings
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
+from agent_worker.vocabulary import TERMINAL, RunStatus
 from store.base import (
-    TERMINAL,
     ApprovalRecord,
     DueLap,
     EffectRecord,
@@ -44,6 +46,8 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
+from store.sql import SqlStore
+from tasks.dispatch import CeleryDispatcher
 
 
 def _check_id(value: str, what: str) -> str:
@@ -142,7 +146,7 @@ class AgentWorker:
             raise UnknownRunError(f"unknown run {run_id!r}")
         return run
 
-    def list_runs(self, *, status: str | None = None, agent: str | None = None,
+    def list_runs(self, *, status: RunStatus | None = None, agent: str | None = None,
                   agent_version: str | None = None, tenant: str | None = None,
                   stale: bool = False, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first; ``stale`` keeps runnable runs with no checkpoint
@@ -359,12 +363,8 @@ class AgentWorker:
         return run
 
     def sweep(self) -> int:
-        """One sweeper pass; returns how many laps it sent."""
-        s = self.rt.settings
-        due = self.rt.store.sweep(now=self.rt.clock.now(), handoff_seconds=s.lease_ttl_seconds,
-                                  resend_max_seconds=s.queued_overdue_seconds)
-        self.rt.send_all(due)
-        return len(due)
+        """One sweeper pass (``engine.sweep``); returns how many laps it sent."""
+        return sweep(self.rt)
 
     @staticmethod
     def cost(run: RunRecord) -> Decimal:
@@ -385,10 +385,6 @@ def client() -> AgentWorker:
     """The default handle: the configured store and the Celery broker."""
     global _default
     if _default is None:
-        from agent_worker.settings import get_settings
-        from store.sql import SqlStore
-        from tasks.dispatch import CeleryDispatcher
-
         settings = get_settings()
         _load_agents(settings.agent_modules)
         store = SqlStore(settings.database_url)
@@ -399,8 +395,6 @@ def client() -> AgentWorker:
 
 
 def _load_agents(modules: str) -> None:
-    from agent_worker.agent import registry
-
     registry.import_modules(modules.split(","))
 
 
@@ -444,5 +438,11 @@ def retry(run_id: str, *, by: str = "api") -> RunRecord:
     return client().retry(run_id, by=by)
 
 
-__all__ = ["AgentWorker", "approve", "cancel", "client", "configure",
+def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str | None = None,
+         facts: dict[str, Any] | None = None) -> RunRecord:
+    """Fork on the default handle; see ``AgentWorker.fork``."""
+    return client().fork(run_id, lap, new_run_id=new_run_id, version=version, facts=facts)
+
+
+__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "fork",
            "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]

@@ -49,6 +49,10 @@ class InProcessWorker(AgentWorker):
             settings=base.model_copy(update={"database_url": database_url, **overrides}),
             clock=clock or SystemClock()))
 
+    def close(self) -> None:
+        """Stop this worker's heartbeat thread and close its database connections."""
+        self.rt.close()
+
     def run_until_idle(self, *, max_laps: int = 100_000) -> int:
         """Run queued laps (and what the sweeper finds due) until nothing is
         runnable now; returns the number of laps attempted."""

@@ -53,6 +53,9 @@ def current() -> dict[str, Any]:
 
 def _celery_task() -> dict[str, Any]:
     """The Celery task being executed, if any (workers only; cheap when not)."""
+    # Imported here, not at the top: the engine logs through this module and
+    # must not import Celery (STYLE.md), so only a worker, which has it loaded
+    # already, pays for the lookup.
     try:
         from celery import current_task
     except ImportError:  # pragma: no cover - celery is a dependency

@@ -31,6 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent_worker.settings import Settings
+from agent_worker.vocabulary import RUN_STATUSES
 from store import stats
 from store.sql import SqlStore
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 #: Every run status, so each ``agent_worker_runs`` series exists even at zero
 #: (``delta()`` over a series that appears mid-window misses its first value).
-STATUSES = ("queued", "running", "waiting", "sleeping", "succeeded", "failed", "cancelled")
+STATUSES = RUN_STATUSES
 
 #: Lap durations span a scripted lap (milliseconds) to a slow tool (minutes).
 LAP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,

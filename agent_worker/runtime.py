@@ -11,6 +11,12 @@ from agent_worker.settings import Settings, get_settings
 from store.base import DueLap, Store
 
 
+class Stoppable(Protocol):
+    """A helper thread a runtime owns (the lease heartbeat) and stops on close."""
+
+    def stop(self) -> None: ...
+
+
 class Dispatcher(Protocol):
     """Hands a lap to whatever runs laps: Celery, or the in-process queue."""
 
@@ -24,9 +30,20 @@ class Runtime:
     settings: Settings = field(default_factory=get_settings)
     registry: Registry = field(default_factory=lambda: registry)
     clock: Clock = field(default_factory=SystemClock)
+    #: The lease heartbeat of this runtime's laps (``engine.heartbeat``), started
+    #: on the first lap; owned here so closing the runtime stops its thread.
+    heartbeat: Stoppable | None = field(default=None, repr=False, compare=False)
 
     def send_all(self, laps: list[DueLap]) -> None:
         """Send laps after their state is committed; a send that fails is left
         to the sweeper, which re-sends whatever Postgres says is overdue."""
         for lap in laps:
             self.dispatcher.send(lap)
+
+    def close(self) -> None:
+        """Stop the heartbeat thread and close the store's connections (at
+        worker shutdown or when a test is done with the runtime)."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+        self.store.dispose()

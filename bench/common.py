@@ -13,19 +13,19 @@ Storage is measured the same way for every system:
 
 from __future__ import annotations
 
-import fcntl
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import psycopg
+
+from tests.support import Proc as Proc
+from tests.support import lock_redis_db
+from tests.support import wait_for as wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -74,17 +74,12 @@ class RedisDb:
         self.url = ""
 
     def __enter__(self) -> RedisDb:
-        for db in range(15, 0, -1):
-            lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                lock.close()
-                continue
-            self._lock, self.url = lock, f"{REDIS}/{db}"
-            break
-        else:
+        # From the top down, so a benchmark and a test session rarely contend.
+        taken = lock_redis_db(range(15, 0, -1))
+        if taken is None:
             raise RuntimeError("every Redis database 1-15 is locked by a test session")
+        self._lock, db = taken
+        self.url = f"{REDIS}/{db}"
         self.flush()
         return self
 
@@ -147,44 +142,6 @@ def total_row_bytes(per_table: Mapping[str, int]) -> int:
     return sum(v for k, v in per_table.items() if not k.endswith("_rows"))
 
 
-@dataclass
-class Proc:
-    """A child process in its own process group (Celery worker, beat), so
-    stopping it stops its pool children too."""
-
-    args: list[str]
-    env: dict[str, str]
-    log: Path
-    popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
-
-    def start(self) -> Proc:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=out,
-                                          stderr=subprocess.STDOUT, start_new_session=True)
-        return self
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        try:
-            os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
-            return
-        if sig == signal.SIGKILL:
-            self.popen.wait(timeout=30)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.popen is None:
-            return
-        if self.popen.poll() is None:
-            self.kill(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill(signal.SIGKILL)
-
-
 def celery_worker(env: Mapping[str, str], concurrency: int, name: str, log: Path,
                   loglevel: str = "INFO") -> Proc:
     """``celery -A tasks worker`` as deployed (prefork), in its own group."""
@@ -199,18 +156,6 @@ def celery_beat(env: Mapping[str, str], log: Path) -> Proc:
     args = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "WARNING",
             "-s", str(sched)]
     return Proc(args, dict(env), log).start()
-
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``cond`` until truthy; ``TimeoutError`` naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def log(msg: str) -> None:

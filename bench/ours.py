@@ -215,7 +215,7 @@ def celery_client(url: str, broker: str) -> tuple[AgentWorker, Deferred]:
     os.environ.update(AGENT_WORKER_DATABASE_URL=sa_url(url), AGENT_WORKER_BROKER_URL=broker,
                       AGENT_WORKER_AGENT_MODULES="bench.agents")
     get_settings.cache_clear()
-    from tasks.app import app
+    from tasks import app
     from tasks.dispatch import CeleryDispatcher
 
     app.conf.update(broker_url=broker)
@@ -247,7 +247,7 @@ def _run_celery(aw: AgentWorker, deferred: Deferred, rid: str, n: int, timeout: 
     start(aw, rid)
     sent = datetime.now().astimezone()
     deferred.flush()
-    wait_for(lambda: _finished(store, [rid]), timeout, f"run {rid}", interval=0.05)
+    wait_for(lambda: _finished(store, [rid]), timeout, what=f"run {rid}", interval=0.05)
     check_finished(store, rid, n)
     run = store.get_run(rid)
     assert run is not None and run.finished_at is not None
@@ -304,7 +304,7 @@ def bench_throughput(url: str, broker: str, processes: tuple[int, ...], runs_n: 
                         start(aw, rid)
                     deferred.flush()
                     wait_for(partial(_finished, store, rids), 60 + runs_n * laps / 5,
-                             f"{runs_n} runs on {k} processes", interval=0.5)
+                             what=f"{runs_n} runs on {k} processes", interval=0.5)
                     count, seconds = _span(store, rids)
                     if count != runs_n * laps:
                         raise RuntimeError(f"expected {runs_n * laps} laps, counted {count}")
@@ -345,18 +345,19 @@ def bench_recovery(url: str, broker: str, repeats: int, prefix: str,
             rid = run_id(f"{prefix}r{rep}", 8, 0)
             start(aw, rid)
             deferred.flush()
-            run = wait_for(partial(_running, store, rid, 3), 60, "lap 3 running",
+            run = wait_for(partial(_running, store, rid, 3), 60, what="lap 3 running",
                            interval=0.01)
             victim = _proc_of(procs, int(str(run.lease_owner).split(":")[1]))
             killed_at = datetime.now(UTC)
             victim.kill(signal.SIGKILL)
             procs.remove(victim)
             committed = wait_for(partial(_committed_at, store, rid, run.next_lap), 60,
-                                 f"lap {run.next_lap} recommitted")
+                                 what=f"lap {run.next_lap} recommitted", interval=0.05)
             gaps.append((committed - killed_at).total_seconds())
             log(f"ours recovery #{rep}: {gaps[-1]:.2f} s")
             procs.append(celery_worker(env, 1, f"bench-rec{rep}", logdir / f"rec-re{rep}.log"))
-            wait_for(partial(_finished, store, [rid]), 120, "recovered run to finish")
+            wait_for(partial(_finished, store, [rid]), 120, what="recovered run to finish",
+                     interval=0.05)
         return {"seconds": summary(gaps), "lease_ttl_s": 3.0, "sweep_interval_s": 0.5}
     finally:
         for p in procs:

@@ -13,14 +13,11 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from agent_worker.messages import Message
-
-RunStatus = Literal["queued", "running", "waiting", "sleeping", "succeeded", "failed", "cancelled"]
-TERMINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-#: Statuses a worker may claim (a "running" run whose lease lapsed is reclaimable).
-RUNNABLE: tuple[str, ...] = ("queued", "running")
-#: ``not_applied``: known never to have landed (a lookup found nothing, or a
-#: human said so); a replay calls it again with the same key.
-EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown", "not_applied"]
+from agent_worker.vocabulary import RUNNABLE as RUNNABLE
+from agent_worker.vocabulary import TERMINAL as TERMINAL
+from agent_worker.vocabulary import EffectStatus as EffectStatus
+from agent_worker.vocabulary import RunStatus as RunStatus
+from agent_worker.vocabulary import WaitingFor
 
 
 @dataclass(frozen=True)
@@ -31,7 +28,7 @@ class RunRecord:
     tenant: str | None
     agent_name: str
     agent_version: str
-    status: str
+    status: RunStatus
     next_lap: int
     lap_attempts: int
     waiting_for: str | None
@@ -90,7 +87,7 @@ class EffectRecord:
     kind: str
     args_hash: str
     args: dict[str, Any]
-    status: str
+    status: EffectStatus
     result: Any
     error: str | None
     attempts: int
@@ -193,9 +190,9 @@ class NewRun:
 class RunUpdate:
     """How a lap commit or release leaves the run row."""
 
-    status: str
+    status: RunStatus
     wake_at: datetime | None = None
-    waiting_for: str | None = None
+    waiting_for: WaitingFor | None = None
     result: Any = None
     error_code: str | None = None
     error_message: str | None = None
@@ -235,32 +232,16 @@ class DueLap:
     agent_version: str
 
 
-class Store(Protocol):
-    """Persistence as the lap engine, the sweeper and the public API need it."""
+class LapStore(Protocol):
+    """Persistence as a lap, the sweeper and the retention task need it: claim,
+    journal, commit, release, heartbeat, and the few reads a lap makes."""
 
-    # --- runs -------------------------------------------------------------
-    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert a run with checkpoint 0 and its first messages.
-
-        Returns the run and whether it was created (False: ``new.id`` existed,
-        which makes ``start_run`` with a caller-chosen id idempotent).
-        """
+    def dispose(self) -> None:
+        """Close every pooled connection (at process exit or test teardown)."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    def list_runs(
-        self,
-        *,
-        status: str | None = None,
-        agent: str | None = None,
-        agent_version: str | None = None,
-        tenant: str | None = None,
-        stale_before: datetime | None = None,
-        limit: int = 100,
-    ) -> list[RunRecord]: ...
-
-    # --- the lap ------------------------------------------------------------
     def claim(
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
         window_messages: int, served: Sequence[str] | None = None,
@@ -298,7 +279,8 @@ class Store(Protocol):
         ...
 
     def finish_effect(
-        self, key: str, *, status: str, result: Any, error: str | None, now: datetime
+        self, key: str, *, status: EffectStatus, result: Any, error: str | None,
+        now: datetime,
     ) -> None:
         """Record an effect's outcome. Not fenced: what happened in the world is
         recorded even if the lease was lost meanwhile."""
@@ -315,7 +297,6 @@ class Store(Protocol):
         """End the lap without committing it (retry later, pause, fail)."""
         ...
 
-    # --- sweeper ------------------------------------------------------------
     def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
               limit: int = 500) -> list[DueLap]:
         """Recover expired leases, wake due sleepers, time out approvals and
@@ -338,7 +319,42 @@ class Store(Protocol):
     def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,
               batch: int) -> dict[str, int]: ...
 
-    # --- pauses -------------------------------------------------------------
+    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]: ...
+
+    def approval_for(self, effect_key: str) -> ApprovalRecord | None: ...
+
+    def list_messages(self, run_id: str, *, start: int = 0, end: int | None = None
+                      ) -> list[StoredMessage]: ...
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]: ...
+
+    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
+                     *, now: datetime) -> None: ...
+
+
+class Store(LapStore, Protocol):
+    """Everything above plus what the public API and the CLI need: starting
+    runs, queries, human decisions and history."""
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert a run with checkpoint 0 and its first messages.
+
+        Returns the run and whether it was created (False: ``new.id`` existed,
+        which makes ``start_run`` with a caller-chosen id idempotent).
+        """
+        ...
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        agent: str | None = None,
+        agent_version: str | None = None,
+        tenant: str | None = None,
+        stale_before: datetime | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]: ...
+
     def decide_approval(
         self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
         comment: str | None, now: datetime,
@@ -350,14 +366,10 @@ class Store(Protocol):
     def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
                     max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]: ...
 
-    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]: ...
-
-    def approval_for(self, effect_key: str) -> ApprovalRecord | None: ...
-
     def request_cancel(self, run_id: str, *, reason: str, by: str,
                        now: datetime) -> DueLap | None: ...
 
-    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[str],
+    def requeue(self, run_id: str, *, now: datetime, from_statuses: Sequence[RunStatus],
                 event: dict[str, Any], limits: dict[str, Any] | None = None,
                 replay: bool = False) -> DueLap:
         """Queue a paused or failed run again. With ``replay`` (``retry``), refuse
@@ -373,12 +385,8 @@ class Store(Protocol):
     def resolve_effect(self, key: str, *, applied: bool, result: Any, by: str,
                        now: datetime) -> EffectRecord: ...
 
-    # --- history ------------------------------------------------------------
     def list_checkpoints(self, run_id: str) -> list[tuple[int, int, datetime]]: ...
+
     def get_checkpoint(self, run_id: str, lap: int) -> dict[str, Any] | None: ...
-    def list_messages(self, run_id: str, *, start: int = 0, end: int | None = None
-                      ) -> list[StoredMessage]: ...
-    def list_effects(self, run_id: str) -> list[EffectRecord]: ...
+
     def list_events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]: ...
-    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
-                     *, now: datetime) -> None: ...

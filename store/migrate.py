@@ -11,6 +11,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
 from store.db import make_engine
@@ -50,8 +51,6 @@ def current(url: str) -> str | None:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            from alembic.runtime.migration import MigrationContext
-
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()

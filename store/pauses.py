@@ -18,8 +18,9 @@ from agent_worker.errors import (
     InvalidStateError,
     NotFoundError,
 )
+from agent_worker.vocabulary import TERMINAL, RunStatus, WaitingFor
 from store import history
-from store.base import TERMINAL, ApprovalRecord, DueLap, EffectRecord, SignalRecord
+from store.base import ApprovalRecord, DueLap, EffectRecord, SignalRecord
 from store.dbtime import db_time, read_now
 from store.rows import (
     approvals,
@@ -39,14 +40,14 @@ def insert_approvals(conn: Connection, new: Sequence[ApprovalRecord]) -> None:
         conn.execute(insert(approvals), [a.__dict__ for a in new])
 
 
-def wake(conn: Connection, run_id: str, *, now: datetime, waiting_for: str | None = None,
-         statuses: Sequence[str] = ("waiting",), extra: dict[str, Any] | None = None,
+def wake(conn: Connection, run_id: str, *, now: datetime, waiting_for: WaitingFor | None = None,
+         statuses: Sequence[RunStatus] = ("waiting",), extra: dict[str, Any] | None = None,
          ) -> DueLap | None:
     """Flip a paused run to queued (marked as sent now) if it is still paused
     the way the caller expects; return the lap to send."""
     cond = [runs.c.id == run_id, runs.c.status.in_(statuses)]
     if waiting_for is not None:
-        cond.append(runs.c.waiting_for == waiting_for)
+        cond.append(runs.c.waiting_for == waiting_for.format())
     row = conn.execute(
         update(runs).where(*cond)
         .values(status="queued", waiting_for=None, wake_at=None, enqueued_at=db_time(now),
@@ -102,7 +103,7 @@ def decide_approval(
         )
     record_event_tx(conn, found.run_id, None, "approval_decided",
                     {"approval": found.id, "status": status, "by": by, "comment": comment}, now)
-    due = wake(conn, found.run_id, now=now, waiting_for=f"approval:{found.id}")
+    due = wake(conn, found.run_id, now=now, waiting_for=WaitingFor.approval(found.id))
     return to_approval(row), due
 
 
@@ -135,7 +136,7 @@ def send_signal(conn: Connection, run_id: str, name: str, payload: Any, *,
         .returning(*signals.c)
     ).one()
     record_event_tx(conn, run_id, None, "signal_received", {"name": name, "id": row.id}, now)
-    return to_signal(row), wake(conn, run_id, now=now, waiting_for=f"signal:{name}")
+    return to_signal(row), wake(conn, run_id, now=now, waiting_for=WaitingFor.signal(name))
 
 
 def _check_pending(conn: Connection, run_id: str, limit: int) -> None:
@@ -184,7 +185,7 @@ def request_cancel(conn: Connection, run_id: str, *, reason: str, by: str,
     return wake(conn, run_id, now=now, statuses=("queued", "waiting", "sleeping", "running"))
 
 
-def requeue(conn: Connection, run_id: str, *, now: datetime, from_statuses: Sequence[str],
+def requeue(conn: Connection, run_id: str, *, now: datetime, from_statuses: Sequence[RunStatus],
             event: dict[str, Any], limits: dict[str, Any] | None = None,
             replay: bool = False) -> DueLap:
     """Queue a failed or waiting run again; with ``replay`` (a retry, which
@@ -224,7 +225,7 @@ def resolve_effect(conn: Connection, key: str, *, applied: bool, result: Any, by
             "that its run waits on) can be resolved")
     live_lease = run.lease_owner is not None and (
         run.lease_expires_at is not None and run.lease_expires_at > now)
-    if run.status != "waiting" or run.waiting_for != f"effect:{key}" or live_lease:
+    if run.status != "waiting" or run.waiting_for != WaitingFor.effect(key).format() or live_lease:
         raise InvalidStateError(
             f"run {run.id} is {run.status}"
             + (f" waiting for {run.waiting_for}" if run.waiting_for else "")
@@ -236,6 +237,6 @@ def resolve_effect(conn: Connection, key: str, *, applied: bool, result: Any, by
                          error=stamp))
     record_event_tx(conn, row.run_id, row.lap, "effect_resolved",
                     {"key": key, "applied": applied, "by": by}, now)
-    wake(conn, row.run_id, now=now, waiting_for=f"effect:{key}", extra={"lap_attempts": 0})
+    wake(conn, row.run_id, now=now, waiting_for=WaitingFor.effect(key), extra={"lap_attempts": 0})
     resolved = conn.execute(select(effects).where(effects.c.key == key)).one()
     return to_effect(resolved)

@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from store.base import TERMINAL, LapCommit
+from agent_worker.vocabulary import TERMINAL, wait_text
+from store.base import LapCommit
 from store.rows import message_body
 
 _COMMIT = text("""
@@ -66,7 +67,8 @@ def commit_lap(conn: Connection, commit: LapCommit) -> bool:
     now = _naive_utc(commit.now)
     params: dict[str, Any] = {
         "run_id": commit.run_id, "lap": commit.lap, "owner": commit.owner,
-        "status": u.status, "wake_at": _naive_utc(u.wake_at), "waiting_for": u.waiting_for,
+        "status": u.status, "wake_at": _naive_utc(u.wake_at),
+        "waiting_for": wait_text(u.waiting_for),
         "result": _json(u.result), "error_code": u.error_code,
         "error_message": u.error_message, "error_detail": u.error_detail,
         "laps": laps, "tin": tin, "tout": tout, "cost": cost, "now": now,

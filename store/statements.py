@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Integer, String, Text, bindparam, cast, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from store.base import RUNNABLE
+from agent_worker.vocabulary import RUNNABLE
 from store.dbtime import db_now
 from store.models import UTCDateTime
 from store.rows import checkpoints, messages, runs

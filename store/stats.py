@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, func, select
 
-from store.base import RUNNABLE
+from agent_worker.vocabulary import RUNNABLE
 from store.dbtime import read_now
 from store.retry import with_retry
 from store.rows import approvals, checkpoints, events, runs

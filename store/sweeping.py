@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, delete, insert, or_, select, tuple_, update
 
 from agent_worker.constants import SERVED_TTL_SECONDS
-from store.base import TERMINAL, DueLap
+from agent_worker.vocabulary import PAUSED, TERMINAL, WaitingFor
+from store.base import DueLap
 from store.dbtime import read_now
 from store.models import UTCDateTime
 from store.pauses import wake
@@ -81,7 +82,7 @@ def _time_out_approvals(conn: Connection, now: datetime, limit: int) -> list[Due
         conn.execute(insert(events).values(
             run_id=a.run_id, lap=None, kind="approval_timed_out",
             data={"approval": a.id, "status": status}, created_at=now))
-        lap = wake(conn, a.run_id, now=now, waiting_for=f"approval:{a.id}")
+        lap = wake(conn, a.run_id, now=now, waiting_for=WaitingFor.approval(a.id))
         if lap is not None:
             due.append(lap)
     return due
@@ -96,9 +97,10 @@ def sweep(conn: Connection, *, now: datetime, handoff_seconds: float,
     due = _flip(conn, expired, now, "recovered", recoveries=runs.c.recoveries + 1)
     timers = _pick(
         conn,
-        runs.c.status.in_(("sleeping", "waiting")),
+        runs.c.status.in_(PAUSED),
         runs.c.wake_at <= now,
-        or_(runs.c.waiting_for.is_(None), ~runs.c.waiting_for.like("approval:%")),
+        or_(runs.c.waiting_for.is_(None),
+            ~runs.c.waiting_for.like(WaitingFor.prefix("approval") + "%")),
         limit=limit,
     )
     due += _flip(conn, timers, now, "woken")

@@ -19,16 +19,17 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select, update
 
+from agent_worker.vocabulary import WaitingFor
 from store.dbtime import db_time
 from store.rows import approvals, record_event_tx, runs, signals
 
 
-def _arrived(conn: Connection, run_id: str, waiting_for: str,
+def _arrived(conn: Connection, run_id: str, waiting_for: WaitingFor,
             delivered: Sequence[int] = ()) -> bool:
     """Whether what ``waiting_for`` names is already there: an undelivered
     signal of that name (other than those this commit delivers), or a decided
     approval."""
-    kind, _, name = waiting_for.partition(":")
+    kind, name = waiting_for.kind, waiting_for.ref
     if kind == "signal":
         q = select(signals.c.id).where(signals.c.run_id == run_id, signals.c.name == name,
                                        signals.c.delivered_lap.is_(None))
@@ -42,7 +43,7 @@ def _arrived(conn: Connection, run_id: str, waiting_for: str,
     return False
 
 
-def recheck(conn: Connection, run_id: str, lap: int, waiting_for: str | None, *,
+def recheck(conn: Connection, run_id: str, lap: int, waiting_for: WaitingFor | None, *,
             delivered: Sequence[int], now: datetime) -> bool:
     """Inside the lap commit that just set the run ``waiting``: if what it
     waits for arrived meanwhile, queue the run instead (the caller sends it).
@@ -54,7 +55,7 @@ def recheck(conn: Connection, run_id: str, lap: int, waiting_for: str | None, *,
                          # the hand-off starts on the database's clock (store.dbtime)
                          enqueued_at=db_time(now),
                          updated_at=now))
-    record_event_tx(conn, run_id, lap, "woken", {"arrived": waiting_for}, now)
+    record_event_tx(conn, run_id, lap, "woken", {"arrived": waiting_for.format()}, now)
     return True
 
 

@@ -8,6 +8,7 @@ import logging
 
 from agent_worker.constants import LAP_TASK_NAME
 from store.base import DueLap
+from tasks.celeryapp import get_app
 from tasks.routing import lap_queue
 
 log = logging.getLogger(__name__)
@@ -15,10 +16,8 @@ log = logging.getLogger(__name__)
 
 class CeleryDispatcher:
     def send(self, lap: DueLap) -> None:
-        from tasks.app import app
-
         try:
-            app.send_task(
+            get_app().send_task(
                 LAP_TASK_NAME, kwargs={"run_id": lap.run_id, "lap": lap.lap},
                 queue=lap_queue(lap.agent_name, lap.agent_version),
                 headers={"agent": f"{lap.agent_name}@{lap.agent_version}"},

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from celery import shared_task
+
 from agent_worker.constants import LAP_TASK_NAME
 from agent_worker.engine.lap import run_lap as engine_run_lap
-from tasks.app import app
 from tasks.runtime import runtime
 
 
-@app.task(name=LAP_TASK_NAME, acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=LAP_TASK_NAME, acks_late=True, reject_on_worker_lost=True)
 def run_lap(*, run_id: str, lap: int) -> str:
     return engine_run_lap(runtime(), str(run_id), int(lap))

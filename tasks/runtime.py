@@ -32,5 +32,5 @@ def _fresh_after_fork(**_: object) -> None:
 
 @worker_process_shutdown.connect
 def _dispose(**_: object) -> None:
-    if _runtime is not None and isinstance(_runtime.store, SqlStore):
-        _runtime.store.dispose()
+    if _runtime is not None:
+        _runtime.close()

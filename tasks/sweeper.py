@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from agent_worker.api import AgentWorker
+from celery import shared_task
+
 from agent_worker.constants import PRUNE_TASK_NAME, SWEEP_TASK_NAME
-from tasks.app import app
+from agent_worker.engine.sweep import sweep as sweep_pass
 from tasks.runtime import runtime
 
 
-@app.task(name=SWEEP_TASK_NAME, acks_late=False)
+@shared_task(name=SWEEP_TASK_NAME, acks_late=False)
 def sweep() -> int:
-    return AgentWorker(runtime()).sweep()
+    return sweep_pass(runtime())
 
 
-@app.task(name=PRUNE_TASK_NAME, acks_late=False)
+@shared_task(name=PRUNE_TASK_NAME, acks_late=False)
 def prune() -> dict[str, int]:
     rt = runtime()
     now = rt.clock.now()

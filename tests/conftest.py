@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, TEST_AGENTS, Fleet, logs
+from tests.support import ROOT, TEST_AGENTS, Fleet, lock_redis_db, logs
 
 PG_ADMIN = os.environ.get("AGENT_WORKER_TEST_PG", "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker")
 REDIS = os.environ.get("AGENT_WORKER_TEST_REDIS", "redis://127.0.0.1:63799")
@@ -115,21 +115,14 @@ def db_clock(database_url: str) -> Iterator[DatabaseClock]:
 
 @pytest.fixture(scope="session")
 def broker_url(services: None) -> Iterator[str]:
-    import fcntl
-
     import redis
 
     # Each concurrent test session (xdist worker, another checkout) takes its own
     # Redis database, held by a lock file, so no worker eats another's laps.
-    for db in range(1, 16):
-        lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")  # noqa: SIM115
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError:
-            lock.close()
-    else:
+    taken = lock_redis_db(range(1, 16))
+    if taken is None:
         pytest.fail("all 15 Redis test databases are in use")
+    lock, db = taken
     url = f"{REDIS}/{db}"
     try:
         r = redis.Redis.from_url(url)
@@ -187,9 +180,7 @@ def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     api.configure(None)
     client = api.client()
     yield client
-    from store.sql import SqlStore
 
-    if isinstance(client.rt.store, SqlStore):
-        client.rt.store.dispose()
+    client.rt.store.dispose()
     api.configure(None)
     get_settings.cache_clear()

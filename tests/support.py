@@ -1,18 +1,20 @@
-"""Real services for tests: a fresh Postgres database per session, a Redis
-database, and Celery worker / beat processes in their own process groups so a
-test can SIGKILL a whole worker like a node loss."""
+"""Real services for tests and benchmarks (``bench/`` imports this module too):
+a Redis database of one's own, Celery worker / beat processes in their own
+process groups so a caller can SIGKILL a whole worker like a node loss, and
+``wait_for``."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENTS = "agent_worker.demo.refund_desk,tests.agents"
@@ -42,6 +44,22 @@ def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0
         time.sleep(interval)
 
 
+def lock_redis_db(numbers: Iterable[int]) -> tuple[IO[str], int] | None:
+    """The first Redis database number in ``numbers`` no other session holds,
+    with its lock file (held while open), or ``None`` if all are taken. Test
+    sessions and benchmarks share the lock files, so no two of them (xdist
+    workers, other checkouts, a benchmark) ever eat each other's laps."""
+    for db in numbers:
+        lock = open(f"/tmp/agent-worker-test-redis-{db}.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
+        return lock, db
+    return None
+
+
 class Proc:
     """A subprocess in its own process group."""
 
@@ -50,6 +68,7 @@ class Proc:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - lives as long as the process
         self.popen = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True)

@@ -5,7 +5,7 @@ commits to Postgres before it hands a lap to the broker."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,7 +26,8 @@ from agent_worker.cli.common import (
     report,
     styled_status,
 )
-from store.base import EffectStatus, RunRecord
+from agent_worker.vocabulary import EFFECT_STATUSES
+from store.base import RunRecord
 
 approvals_app = typer.Typer(help="The approval inbox.", no_args_is_help=True)
 effects_app = typer.Typer(help="The side-effect ledger.", no_args_is_help=True)
@@ -207,8 +208,8 @@ def approvals_list(
 def effects_list(
     run_id: RunArg,
     status: Annotated[str | None, typer.Option(
-        callback=one_of(get_args(EffectStatus)),
-        help="Only effects in this status: " + ", ".join(get_args(EffectStatus)) + ".")]
+        callback=one_of(EFFECT_STATUSES),
+        help="Only effects in this status: " + ", ".join(EFFECT_STATUSES) + ".")]
     = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -31,7 +31,9 @@ from typing import Annotated, Any, NoReturn
 import click
 import typer
 from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError
 
+from agent_worker.api import client as default_client
 from agent_worker.cli.terminal import SafeConsole, strip_terminal
 from agent_worker.errors import (
     AgentWorkerError,
@@ -39,6 +41,7 @@ from agent_worker.errors import (
     InvalidStateError,
     NotFoundError,
 )
+from store.sql import SqlStore
 
 OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_MEANINGS = {OK: "ok", FAILED: "operational failure", BAD_INPUT: "bad input",
@@ -73,17 +76,13 @@ class CliFailure(Exception):
 
 
 def client() -> Any:
-    """The default ``AgentWorker`` (store and Celery broker from settings);
-    imported late so ``--help`` never touches the database."""
-    from agent_worker.api import client as default_client
-
+    """The default ``AgentWorker`` (store and Celery broker from settings),
+    built on first use so ``--help`` never touches the database."""
     return default_client()
 
 
 def sql_store() -> Any:
     """The ``SqlStore`` behind the client, for the read-only aggregates."""
-    from store.sql import SqlStore
-
     store = client().rt.store
     if not isinstance(store, SqlStore):
         raise CliFailure(FAILED, "unsupported_store", "this command needs the SQL store")
@@ -175,8 +174,6 @@ def styled_status(status: str) -> str:
 
 def classify(e: BaseException) -> tuple[int, str, str]:
     """(exit code, error code, message) for anything a command raised."""
-    from sqlalchemy.exc import DBAPIError
-
     if isinstance(e, CliFailure):
         return e.exit_code, e.code, str(e)
     if isinstance(e, NotFoundError):

@@ -14,9 +14,15 @@ import time
 from typing import Annotated, Any
 
 import typer
+from alembic.runtime.migration import MigrationContext
+from prometheus_client import generate_latest
 from rich.markup import escape
 from rich.table import Table
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
 
+from agent_worker import logs
+from agent_worker.api import _load_agents
 from agent_worker.cli.common import (
     FAILED,
     JsonOpt,
@@ -28,14 +34,19 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
+from agent_worker.constants import MAINT_QUEUE
+from agent_worker.demo.vendor import VendorClient
+from agent_worker.deploy_checks import check_deploy_secrets
+from agent_worker.metrics import registry_for, serve
+from agent_worker.settings import get_settings
+from store.migrate import upgrade
+from tasks.routing import lap_queue, served_pairs
 
 db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def _redacted(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
     return make_url(url).render_as_string(hide_password=True)
 
 
@@ -45,14 +56,8 @@ def db_upgrade(
     json_out: JsonOpt = False,
 ) -> None:
     """Apply migrations (safe while workers run; concurrent upgrades serialise)."""
-    from sqlalchemy import create_engine
-
-    from agent_worker.settings import get_settings
-    from store.migrate import upgrade
-
     url = get_settings().database_url
     upgrade(url, revision)
-    from alembic.runtime.migration import MigrationContext
 
     engine = create_engine(url, hide_parameters=True)
     try:
@@ -73,11 +78,6 @@ def _has(args: list[str], *flags: str) -> bool:
 
 def worker_argv(extra: list[str], *, queues: str | None = None) -> list[str]:
     """``celery -A tasks worker`` with the lap queues this process serves."""
-    from agent_worker.api import _load_agents
-    from agent_worker.constants import MAINT_QUEUE
-    from agent_worker.settings import get_settings
-    from tasks.routing import lap_queue, served_pairs
-
     s = get_settings()
     _load_agents(s.agent_modules)
     argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker"]
@@ -148,12 +148,6 @@ def metrics(
     json_out: JsonOpt = False,
 ) -> None:
     """Serve the Prometheus endpoint at /metrics (read from the store at each scrape)."""
-    from prometheus_client import generate_latest
-
-    from agent_worker import logs
-    from agent_worker.deploy_checks import check_deploy_secrets
-    from agent_worker.metrics import registry_for, serve
-
     settings = client().rt.settings
     store = sql_store()
     if once:
@@ -227,8 +221,6 @@ def _vendor_stats() -> dict[str, Any] | None:
     url = os.environ.get("AGENT_WORKER_VENDOR_URL")
     if not url:
         return None
-    from agent_worker.demo.vendor import VendorClient
-
     try:
         with VendorClient(url) as v:
             stats: dict[str, Any] = v.stats()

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_worker.cli.common import ago, span, styled_status
+from agent_worker.vocabulary import TERMINAL
 
 BAR = 12
 
@@ -61,7 +62,7 @@ def runs_table(rows: Sequence[dict[str, Any]], at: datetime) -> Table:
 def batch_header(rows: Sequence[dict[str, Any]]) -> Text:
     """``12 runs · 8 succeeded · 3 running  ████░░ 67% finished``"""
     counts = Counter(r["status"] for r in rows)
-    finished = sum(counts[s] for s in ("succeeded", "failed", "cancelled"))
+    finished = sum(counts[s] for s in TERMINAL)
     parts = [f"{len(rows)} runs"] + [f"{n} {s}" for s, n in sorted(counts.items())]
     pct = 100 * finished / len(rows) if rows else 100.0
     return Text.from_markup(" · ".join(parts)

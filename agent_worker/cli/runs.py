@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import typer
 from rich.console import Group
@@ -31,7 +31,8 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
-from store.base import TERMINAL, RunStatus
+from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
+from store import stats
 
 app = typer.Typer(help="List, inspect and follow runs.", no_args_is_help=True)
 
@@ -43,8 +44,6 @@ def _stale_after() -> float:
 def list_rows(*, status: str | None, agent: str | None, agent_version: str | None,
               tenant: str | None, stale: bool, limit: int) -> list[dict[str, Any]]:
     """The runs matching the filters, newest first, with plan progress."""
-    from store import stats
-
     aw = client()
     found = aw.list_runs(status=status, agent=agent, agent_version=agent_version,
                          tenant=tenant, stale=stale, limit=limit)
@@ -56,8 +55,8 @@ def list_rows(*, status: str | None, agent: str | None, agent_version: str | Non
 @app.command("list")
 def list_runs(
     status: Annotated[str | None, typer.Option(
-        callback=one_of(get_args(RunStatus)),
-        help="Only runs in this status: " + ", ".join(get_args(RunStatus)) + ".")] = None,
+        callback=one_of(RUN_STATUSES),
+        help="Only runs in this status: " + ", ".join(RUN_STATUSES) + ".")] = None,
     agent: Annotated[str | None, typer.Option(help="Only runs of this agent.")] = None,
     agent_version: Annotated[str | None, typer.Option(help="Only runs started on this "
                                                            "agent version.")] = None,
@@ -141,8 +140,6 @@ def show(
     json_out: JsonOpt = False,
 ) -> None:
     """One run: status, lap, time since its checkpoint, budget, approvals, last error."""
-    from store import stats
-
     aw = client()
     run = aw.get_run(run_id)
     state = stats.latest_checkpoints(sql_store(), [run.id]).get(run.id)

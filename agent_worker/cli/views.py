@@ -9,7 +9,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from store.base import TERMINAL, ApprovalRecord, EffectRecord, EventRecord, RunRecord, StoredMessage
+from agent_worker.vocabulary import TERMINAL
+from store.base import ApprovalRecord, EffectRecord, EventRecord, RunRecord, StoredMessage
 
 TEXT_LIMIT = 300
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from agent_worker.api import AgentWorker, client
 from agent_worker.demo.fleet import Fleet, stop_saved
 from agent_worker.demo.vendor import VendorProcess, start_vendor
-from store.base import TERMINAL, RunRecord
+from agent_worker.vocabulary import TERMINAL
+from store.base import RunRecord
 
 FLEET_FILE = Path(".data/demo-fleet.json")
 PROGRESS_EVERY = 2.0  # seconds: no silent wait longer than this

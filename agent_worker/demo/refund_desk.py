@@ -143,6 +143,8 @@ def demo_model() -> ModelClient:
     set (``openai:gpt-4o-mini``, ``anthropic:claude-haiku-4-5``; an OpenAI-compatible
     server via ``OPENAI_BASE_URL``), else the scripted model."""
     provider, _, model = os.environ.get("AGENT_WORKER_DEMO_MODEL", "").partition(":")
+    # The provider SDKs are an optional extra (``[providers]``): import one only
+    # when the demo is asked to use it.
     if provider == "openai" and os.environ.get("OPENAI_API_KEY"):
         from agent_worker.model.openai_client import OpenAIChatModel
 

@@ -11,7 +11,7 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -25,6 +25,7 @@ from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.tools import Tool, ToolContext
 from agent_worker.untrusted import check_name
+from agent_worker.vocabulary import EffectStatus, WaitingFor
 from store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 
 
@@ -32,8 +33,8 @@ from store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 class Pause:
     """The run must stop here until a human, a timer or a signal resumes it."""
 
-    status: str  # waiting | sleeping
-    waiting_for: str | None
+    status: Literal["waiting", "sleeping"]
+    waiting_for: WaitingFor | None
     wake_at: datetime | None
     call: PendingCall
     approval: ApprovalRecord | None = None
@@ -151,7 +152,7 @@ class CallRunner:
             return _result(pc, f"No signal {name!r} arrived between "
                                f"{pc.paused_at:%Y-%m-%d %H:%M:%S} and {now:%Y-%m-%d %H:%M:%S} "
                                "UTC (timed out).", error=True)
-        return Pause("waiting", f"signal:{name}", pc.wake_at, pc)
+        return Pause("waiting", WaitingFor.signal(name), pc.wake_at, pc)
 
     def _approval(self, pc: PendingCall, tool: Tool) -> ApprovalRecord | Done | Pause:
         key = effect_key(self.run_id, pc.lap, pc.index)
@@ -166,9 +167,9 @@ class CallRunner:
                 requested_at=now, timeout_at=now + self.agent.approval_timeout,
                 decided_by=None, comment=None, decided_at=None)
             paused = pc.model_copy(update={"paused_at": now})
-            return Pause("waiting", f"approval:{approval.id}", None, paused, approval)
+            return Pause("waiting", WaitingFor.approval(approval.id), None, paused, approval)
         if found.status == "pending":
-            return Pause("waiting", f"approval:{found.id}", None, pc)
+            return Pause("waiting", WaitingFor.approval(found.id), None, pc)
         if found.status == "approved":
             return found
         return _result(pc, f"Not done: the call to {tool.name} was {_decision(found)}.",
@@ -185,7 +186,7 @@ class CallRunner:
             self._finish(row.key, "unknown", None,
                          error=f"tool {row.tool_name} was removed while this call was in "
                                "flight; whether it landed is unknown")
-        return Pause("waiting", f"effect:{row.key}", None, pc)
+        return Pause("waiting", WaitingFor.effect(row.key), None, pc)
 
     # --- execution ------------------------------------------------------------
 
@@ -254,7 +255,7 @@ class CallRunner:
             self._finish(row.key, "unknown", None,
                          error="worker died mid-call; the tool has no lookup and is not "
                                "idempotent, so whether it landed is unknown")
-        return Pause("waiting", f"effect:{row.key}", None, pc)
+        return Pause("waiting", WaitingFor.effect(row.key), None, pc)
 
     def _call(self, pc: PendingCall, tool: Tool, args: BaseModel, ctx: ToolContext) -> Done:
         try:
@@ -269,7 +270,8 @@ class CallRunner:
         fault("after_outcome", scope=tool.name)
         return self._sized(pc, kept)
 
-    def _finish(self, key: str, status: str, result: Any, error: str | None = None) -> None:
+    def _finish(self, key: str, status: EffectStatus, result: Any,
+                error: str | None = None) -> None:
         self.rt.store.finish_effect(key, status=status, result=_jsonable(result), error=error,
                                     now=self.rt.clock.now())
 

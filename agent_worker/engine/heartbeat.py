@@ -1,9 +1,10 @@
 """Lease renewal while a lap runs, so a tool that takes minutes keeps its run,
 and a worker that stops heartbeating loses it after the lease TTL.
 
-One daemon thread per process (per runtime) renews every lap in flight that
-has run longer than the heartbeat interval; a lap that finishes sooner never
-touches it, so the common short lap pays no thread start and no extra write.
+One daemon thread per runtime (``Runtime.heartbeat``, restarted in a forked
+child) renews every lap in flight that has run longer than the heartbeat
+interval; a lap that finishes sooner never touches it, so the common short lap
+pays no extra write. ``Runtime.close()`` stops the thread.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class _Beater:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.laps: set[Heartbeat] = set()
+        self._stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
         self.thread.start()
 
@@ -74,10 +76,14 @@ class _Beater:
         with self.lock:
             self.laps.discard(hb)
 
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout=5)
+
     def _loop(self) -> None:
         interval = self.rt.settings.heartbeat_interval_seconds
-        while True:
-            time.sleep(interval / 4)
+        while not self._stopped.wait(interval / 4):
             now = time.monotonic()
             with self.lock:
                 due = [hb for hb in self.laps if hb.state == "ok" and now - hb.renewed >= interval]
@@ -85,14 +91,15 @@ class _Beater:
                 hb.renew()
 
 
-_beaters: dict[int, _Beater] = {}
-_beaters_lock = threading.Lock()
+_start_lock = threading.Lock()
 
 
 def _beater(rt: Runtime) -> _Beater:
-    """The runtime's beater thread in this process (a forked child starts its own)."""
-    with _beaters_lock:
-        beater = _beaters.get(id(rt))
-        if beater is None or beater.pid != os.getpid() or beater.rt is not rt:
-            beater = _beaters[id(rt)] = _Beater(rt)
+    """The runtime's beater thread in this process (a forked child starts its
+    own: threads do not survive fork)."""
+    with _start_lock:
+        beater = rt.heartbeat
+        if not isinstance(beater, _Beater) or beater.pid != os.getpid():
+            beater = _Beater(rt)
+            rt.heartbeat = beater
         return beater

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agent_worker.agent import Agent
 from agent_worker.budget import Budget
@@ -48,7 +48,8 @@ from agent_worker.messages import Message, Usage
 from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import clean, reduced
-from store.base import RUNNABLE, Claim, DueLap, LapCommit, RunRecord, RunUpdate
+from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, RunStatus, WaitingFor
+from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
 Outcome = Literal["skipped", "committed", "paused", "retrying", "failed", "lost", "finished",
@@ -205,8 +206,9 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
     code = e.code if isinstance(e, AgentWorkerError) else "lap_error"
     retriable = not isinstance(e, AgentWorkerError) or e.retriable
     if isinstance(e, CheckpointVersionError):
-        _release(rt, claim, RunUpdate(status="waiting", waiting_for="attention", error_code=code,
-                                      error_message=message, error_detail=detail),
+        _release(rt, claim, RunUpdate(status="waiting", waiting_for=WaitingFor("attention"),
+                                      error_code=code, error_message=message,
+                                      error_detail=detail),
                  {"kind": "needs_attention", "error": message})
         return "paused"
     # Failing while compensating (the run is ending): retry with backoff, keeping the
@@ -249,7 +251,9 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
 def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
     """Undo what must be undone, then end the run as failed or cancelled."""
     run = claim.run
-    ending = "cancelled" if run.cancel_requested_at is not None else (run.ending or "failed")
+    # ``ending`` is stored as text; only a lap's failure path writes it ("failed").
+    ending: RunStatus = ("cancelled" if run.cancel_requested_at is not None
+                         else cast("RunStatus", run.ending or "failed"))
     if run.lap_attempts > rt.settings.max_lap_attempts:
         _release(rt, claim, RunUpdate(
             status="failed", error_code="compensation_failed",
@@ -263,7 +267,7 @@ def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
         # ending now would leave the booking in place. The ending resumes
         # once `effects resolve` records the verdict.
         _release(rt, claim, RunUpdate(
-            status="waiting", waiting_for=f"effect:{unsettled}", ending=ending,
+            status="waiting", waiting_for=WaitingFor.effect(unsettled), ending=ending,
             error_code=run.error_code, error_message=run.error_message,
             error_detail=run.error_detail),
             {"kind": "effect_unknown", "key": unsettled, "ending": ending},
@@ -328,7 +332,7 @@ class _Lap:
             if outcome.signal_id is not None:
                 signals.append(outcome.signal_id)
             self._mark("tool", name=pc.call.name, error=outcome.message.is_error)
-        if pause is not None and pause.waiting_for and pause.waiting_for.startswith("effect:"):
+        if pause is not None and pause.waiting_for and pause.waiting_for.kind == "effect":
             return self._hold_for_effect(pause)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
         summary = self._compaction(ckpt, seq + len(results))
@@ -370,7 +374,7 @@ class _Lap:
             # The commit found what it waits for already there and queued the
             # run instead (store.wakeups): send it like any queued run.
             _resend_orphan(self.rt, self.claim)
-        if update.status in ("succeeded", "failed"):
+        if update.status in ENDED_BY_LAP:
             return "finished"
         return "paused" if pause else "committed"
 
@@ -431,14 +435,14 @@ class _Lap:
             status="waiting", waiting_for=pause.waiting_for, error_code="effect_unknown",
             error_message=f"{pause.waiting_for}: outcome unknown; resolve it with "
                           "`agent-worker effects resolve`"),
-            {"kind": "effect_unknown", "key": (pause.waiting_for or "")[7:]},
+            {"kind": "effect_unknown", "key": pause.waiting_for.ref if pause.waiting_for else ""},
             reset_attempts=True)
         return "paused"
 
     def _over_budget(self, reason: str, limits: Budget) -> Outcome:
         if limits.on_exceed == "pause":
             _release(self.rt, self.claim, RunUpdate(
-                status="waiting", waiting_for="budget", error_code="budget_exceeded",
+                status="waiting", waiting_for=WaitingFor("budget"), error_code="budget_exceeded",
                 error_message=reason), {"kind": "budget_pause", "reason": reason},
                 reset_attempts=True)
             return "paused"

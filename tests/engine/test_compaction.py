@@ -31,7 +31,7 @@ def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
                    window_messages=20, compact_after=30, budget=Budget(max_laps=None)))
     w = InProcessWorker(f"sqlite:///{tmp_path / 'c.db'}")
     yield w
-    w.rt.store.dispose()  # type: ignore[attr-defined]
+    w.rt.store.dispose()
 
 
 def test_window_is_bounded_and_summary_recorded(worker: InProcessWorker) -> None:

@@ -63,7 +63,7 @@ def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
                         max_lap_attempts=3)
     w.rt.registry = Registry()
     yield w
-    w.rt.store.dispose()  # type: ignore[attr-defined]
+    w.rt.store.dispose()
 
 
 def _plan(*laps: list[tuple[str, dict[str, Any]]]) -> ScriptedModel:

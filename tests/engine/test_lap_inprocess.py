@@ -42,7 +42,7 @@ def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
     w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", retry_backoff_seconds=0,
                         max_lap_attempts=3)
     yield w
-    w.rt.store.dispose()  # type: ignore[attr-defined]
+    w.rt.store.dispose()
 
 
 def _agent(name: str, script: Any, **kw: Any) -> Agent:

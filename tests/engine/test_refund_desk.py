@@ -62,7 +62,7 @@ def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProces
     get_settings.cache_clear()
     w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", retry_backoff_seconds=0)
     yield w
-    w.rt.store.dispose()  # type: ignore[attr-defined]
+    w.rt.store.dispose()
     get_settings.cache_clear()
 
 

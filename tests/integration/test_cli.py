@@ -31,6 +31,7 @@ import pytest
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from store.base import RunRecord
 from store.sql import SqlStore
+from tests.store_helpers import delete_run
 from tests.support import ROOT, TEST_AGENTS, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -356,7 +357,7 @@ def test_stale_filter(cli: Cli, database_url: str) -> None:
         assert orphan.id not in {r["id"] for r in cli("runs", "list", "--stale", "--json",
                                                         inproc=True).json}
     finally:
-        cli.store.delete_run(orphan.id)
+        delete_run(cli.store, orphan.id)
 
 
 def test_approve_and_reject(cli: Cli) -> None:

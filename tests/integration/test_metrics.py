@@ -33,6 +33,7 @@ from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings
 from store.base import TERMINAL, DueLap
 from store.sql import SqlStore
+from tests.store_helpers import delete_run
 from tests.support import ROOT, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -83,7 +84,7 @@ def aw_local(database_url: str) -> Iterator[AgentWorker]:
     aw.start_run = tracked  # type: ignore[method-assign]
     yield aw
     for run_id in created:
-        store.delete_run(run_id)
+        delete_run(store, run_id)
     store.dispose()
 
 

@@ -12,7 +12,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from agent_worker.api import AgentWorker
-from agent_worker.model.fake_server import FakeLLMServer
+from tests.fakes.fake_server import FakeLLMServer
 from tests.support import Fleet
 
 pytestmark = pytest.mark.integration

@@ -6,14 +6,21 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from agent_worker.errors import IdempotencyConflictError, LeaseLost
+from agent_worker.errors import (
+    AlreadyDecidedError,
+    IdempotencyConflictError,
+    InvalidStateError,
+    LeaseLost,
+)
 from agent_worker.messages import Message
-from store.base import EffectIntent, LapCommit, NewRun, RunUpdate
+from agent_worker.vocabulary import WaitingFor
+from store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
 from store.migrate import upgrade
 from store.sql import SqlStore
 
@@ -283,3 +290,151 @@ def test_sweeper_sends_nothing_to_a_version_no_live_worker_serves(
     # A worker silent for longer than its heartbeat TTL no longer counts.
     later = travel(600)
     assert store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60) == []
+
+
+# --- every other method of the protocol, on both dialects -----------------------
+
+
+def _claimed(store: SqlStore, owner: str = "a") -> str:
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    assert store.claim(rid, 1, owner=owner, now=NOW, lease_seconds=30, window_messages=10)
+    return rid
+
+
+def test_renew_lease_says_ok_lost_or_cancelled(store: SqlStore) -> None:
+    rid = _claimed(store)
+    assert store.renew_lease(rid, 1, owner="a", now=NOW, lease_seconds=30) == "ok"
+    assert store.renew_lease(rid, 1, owner="b", now=NOW, lease_seconds=30) == "lost"
+    assert store.renew_lease(rid, 2, owner="a", now=NOW, lease_seconds=30) == "lost"
+    # A live lease: the cancel is left to the lap, which learns it at its next renewal.
+    assert store.request_cancel(rid, reason="stop", by="bob", now=NOW) is None
+    assert store.renew_lease(rid, 1, owner="a", now=NOW, lease_seconds=30) == "cancelled"
+
+
+def test_journaled_model_output_is_kept_from_the_first_attempt(store: SqlStore) -> None:
+    rid = _claimed(store)
+    first = store.journal_model_output(rid, 1, owner="a", seq=1, now=NOW,
+                                       message=Message(role="assistant", content="first"))
+    again = store.journal_model_output(rid, 1, owner="a", seq=1, now=NOW,
+                                       message=Message(role="assistant", content="second"))
+    assert first.content == again.content == "first"
+    with pytest.raises(LeaseLost):
+        store.journal_model_output(rid, 1, owner="intruder", seq=1, now=NOW,
+                                   message=Message(role="assistant", content="x"))
+    [mine] = [m for m in store.list_messages(rid, start=1)]
+    assert mine.lap == 1 and mine.message.content == "first"
+
+
+def test_release_is_fenced_and_a_signal_wakes_only_its_waiter(store: SqlStore) -> None:
+    rid = _claimed(store)
+    waiting = RunUpdate(status="waiting", waiting_for=WaitingFor.signal("go"))
+    assert not store.release(rid, 1, owner="b", now=NOW, outcome=waiting, event={})
+    assert store.release(rid, 1, owner="a", now=NOW, outcome=waiting, event={"kind": "paused"})
+    run = store.get_run(rid)
+    assert run is not None and (run.status, run.waiting_for, run.lease_owner) == (
+        "waiting", "signal:go", None)
+    other, due = store.send_signal(rid, "other", {"n": 1}, now=NOW)
+    assert due is None and [s.id for s in store.pending_signals(rid, "other")] == [other.id]
+    _, due = store.send_signal(rid, "go", None, now=NOW)
+    assert due is not None and (due.run_id, due.lap) == (rid, 1)
+    run = store.get_run(rid)
+    assert run is not None and run.status == "queued" and run.waiting_for is None
+
+
+def test_an_approval_committed_with_the_lap_is_decided_once(store: SqlStore) -> None:
+    rid = _claimed(store)
+    key = f"{rid}:1:0"
+    approval = ApprovalRecord(
+        id=_uid("ap"), run_id=rid, effect_key=key, tool_name="refund", arguments={"n": 1},
+        reason="irreversible", owner="alice", status="pending", on_timeout="reject",
+        escalate_to=None, requested_at=NOW, timeout_at=NOW + timedelta(hours=1),
+        decided_by=None, comment=None, decided_at=None)
+    assert store.commit_lap(LapCommit(
+        run_id=rid, lap=1, owner="a", messages=[(1, Message(role="assistant", content="ask"))],
+        checkpoint={"schema_version": 2, "message_count": 2}, schema_version=2,
+        update=RunUpdate(status="waiting", waiting_for=WaitingFor.approval(approval.id)),
+        usage=(1, 0, 0, 0), event={}, new_approvals=[approval], now=NOW))
+    found = store.approval_for(key)
+    assert found is not None and found.id == approval.id and found.status == "pending"
+    assert [a.id for a in store.list_approvals(run_id=rid)] == [approval.id]
+    decided, due = store.decide_approval(approval.id, None, approved=True, by="alice",
+                                         comment="ok", now=NOW)
+    assert decided.status == "approved" and decided.decided_by == "alice"
+    assert due is not None and (due.run_id, due.lap) == (rid, 2)
+    with pytest.raises(AlreadyDecidedError):
+        store.decide_approval(approval.id, None, approved=False, by="bob", comment=None,
+                              now=NOW)
+    assert store.list_approvals(run_id=rid) == []
+
+
+def test_cancel_wakes_an_idle_run_once_and_requeue_checks_the_status(store: SqlStore) -> None:
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    due = store.request_cancel(rid, reason="withdrawn", by="bob", now=NOW)
+    assert due is not None and due.run_id == rid
+    run = store.get_run(rid)
+    assert run is not None and run.ending == "cancelled" and run.cancelled_by == "bob"
+    assert store.request_cancel(rid, reason="again", by="bob", now=NOW) is None
+    with pytest.raises(InvalidStateError):
+        store.requeue(rid, now=NOW, from_statuses=("failed",), event={"kind": "retried"})
+
+
+def test_an_unknown_effect_is_resolved_only_while_its_run_waits_on_it(store: SqlStore) -> None:
+    rid = _claimed(store)
+    key = f"{rid}:1:0"
+    store.begin_effect(EffectIntent(key=key, run_id=rid, lap=1, call_index=0, tool_name="pay",
+                                    tool_version="1", kind="irreversible", args_hash="h",
+                                    args={}), owner="a", now=NOW)
+    store.finish_effect(key, status="unknown", result=None, error="died mid-call", now=NOW)
+    with pytest.raises(InvalidStateError):  # the run still holds its lease
+        store.resolve_effect(key, applied=True, result={"id": 7}, by="op", now=NOW)
+    assert store.release(rid, 1, owner="a", now=NOW, event={},
+                         outcome=RunUpdate(status="waiting", waiting_for=WaitingFor.effect(key)))
+    resolved = store.resolve_effect(key, applied=True, result={"id": 7}, by="op", now=NOW)
+    assert resolved.status == "applied" and resolved.result == {"id": 7}
+    run = store.get_run(rid)
+    assert run is not None and run.status == "queued" and run.lap_attempts == 0
+    with pytest.raises(AlreadyDecidedError):
+        store.resolve_effect(key, applied=False, result=None, by="op", now=NOW)
+
+
+def test_history_reads_and_listing(store: SqlStore) -> None:
+    rid = _claimed(store)
+    assert _commit(store, rid, 1, "a", 1)
+    assert store.get_checkpoint(rid, 1) == {"schema_version": 2, "message_count": 2}
+    assert store.get_checkpoint(rid, 7) is None
+    assert [m.seq for m in store.list_messages(rid, start=0, end=1)] == [0]
+    kinds = [e.kind for e in store.list_events(rid)]
+    assert kinds[0] == "run_created"
+    last = store.list_events(rid)[-1].id
+    store.record_event(rid, 2, "note", {"x": 1}, now=NOW)
+    [note] = store.list_events(rid, after_id=last)
+    assert (note.kind, note.lap, note.data) == ("note", 2, {"x": 1})
+    assert rid in {r.id for r in store.list_runs(tenant="t1", status="queued", limit=1000)}
+    assert rid not in {r.id for r in store.list_runs(tenant="nobody")}
+    assert store.list_effects(rid) == []
+    assert store.current_time().tzinfo is not None
+
+
+def test_prune_keeps_the_latest_checkpoint(store: SqlStore) -> None:
+    rid = _claimed(store)
+    assert _commit(store, rid, 1, "a", 1)
+    store.prune(checkpoints_before=NOW + timedelta(days=1), ledger_before=NOW - timedelta(days=1),
+                batch=100)
+    kept = [c[0] for c in store.list_checkpoints(rid)]
+    assert kept and kept[-1] == 1
+
+
+def test_a_forgotten_worker_no_longer_serves_its_versions(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+    rid, agent = _uid("r"), _uid("agent")
+    store.create_run(replace(_new(rid), agent_name=agent))
+    later = travel(120)
+    store.heartbeat("w-gone", [(agent, "1")], now=later)
+    store.forget_worker("w-gone")
+    assert rid not in {d.run_id for d in store.sweep(now=later, handoff_seconds=10,
+                                                     resend_max_seconds=60)}
+    store.heartbeat("w-back", [(agent, "1")], now=later)
+    assert rid in {d.run_id for d in store.sweep(now=later, handoff_seconds=10,
+                                                 resend_max_seconds=60)}

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, register, tool, turn
 from agent_worker.messages import ModelRequest, ModelResponse
 from store.sql import SqlStore
+from tests.store_helpers import delete_run
 
 
 @tool
@@ -35,7 +36,7 @@ def long_run(database_url: str) -> Iterator[tuple[InProcessWorker, str]]:
     assert w.get_run(run.id).status == "succeeded"
     yield w, run.id
     assert isinstance(w.rt.store, SqlStore)
-    w.rt.store.delete_run(run.id)
+    delete_run(w.rt.store, run.id)
     w.rt.store.dispose()
 
 

@@ -29,14 +29,14 @@ from agent_worker.errors import (
     TransientModelError,
 )
 from agent_worker.messages import Message, ModelRequest, ToolSpec, Usage
-from agent_worker.model import fake_server
 from agent_worker.model.anthropic_client import AnthropicModel
 from agent_worker.model.failures import RateLimitedError
-from agent_worker.model.fake_server import FakeLLMServer
 from agent_worker.model.openai_client import OpenAIChatModel
 from agent_worker.model.pricing import DEFAULT_PRICES, Price, PriceTable
 from agent_worker.model.protocol import ModelClient
 from agent_worker.model.sdk_common import SdkModel
+from tests.fakes import fake_server
+from tests.fakes.fake_server import FakeLLMServer
 
 KEY = "sk-test-7f3a9c1e5b2d4f60-do-not-leak"
 KEY_ENV = "AW_TEST_MODEL_KEY"
@@ -345,7 +345,7 @@ def test_fake_server_runs_as_a_process_and_picks_turns_by_lap(tmp_path: Path) ->
 
     answers = []
     for _restart in range(2):
-        command = [sys.executable, "-m", "agent_worker.model.fake_server", "--script", str(script)]
+        command = [sys.executable, "-m", "tests.fakes.fake_server", "--script", str(script)]
         with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as proc:
             try:
                 assert proc.stdout is not None

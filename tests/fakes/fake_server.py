@@ -448,7 +448,7 @@ class FakeLLMServer:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m agent_worker.model.fake_server --port P --script FILE.json``."""
+    """``python -m tests.fakes.fake_server --port P --script FILE.json``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")

@@ -1,5 +1,10 @@
 """The Celery app: ``celery -A tasks worker`` / ``celery -A tasks beat``.
 
+Built on first use (``get_app()``, or ``tasks.app``), never at import: building
+it reads settings and imports the agent modules, which a producer that only
+sends laps, a CLI command or a test importing ``tasks.routing`` must not pay for
+(nor be broken by, when the settings are not there yet).
+
 Every setting below guards against a measured trap (../shared/CELERY.md). The
 broker only carries hints; the lap is claimed and committed in Postgres.
 """
@@ -7,6 +12,7 @@ broker only carries hints; the lap is claimed and committed in Postgres.
 from __future__ import annotations
 
 import os
+from functools import cache
 
 from celery import Celery
 from kombu import Queue
@@ -76,4 +82,8 @@ def make_app() -> Celery:
     return app
 
 
-app = make_app()
+@cache
+def get_app() -> Celery:
+    """The process's one app; the lap and beat tasks (``shared_task``) join it
+    when it finalises."""
+    return make_app()

@@ -1,0 +1,344 @@
+"""The lap's side of the SQL store: what ``LapStore`` promises a lap, the
+sweeper and the retention task (claim, journal, effects, commit, release,
+heartbeats, and the reads a lap makes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from agent_worker.errors import IdempotencyConflictError
+from agent_worker.messages import Message
+from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
+from store import pauses, postgres, statements, sweeping, wakeups
+from store.base import (
+    ApprovalRecord,
+    Claim,
+    DueLap,
+    EffectIntent,
+    EffectRecord,
+    LapCommit,
+    RunRecord,
+    RunUpdate,
+    SignalRecord,
+    StoredMessage,
+)
+from store.dbtime import db_time
+from store.rows import (
+    checkpoints,
+    effects,
+    fence,
+    message_body,
+    messages,
+    record_event_tx,
+    runs,
+    served_versions,
+    signals,
+    to_effect,
+    to_message,
+    to_run,
+)
+from store.sqlbase import SqlBase
+
+
+class SqlLapStore(SqlBase):
+    """``LapStore`` over one SQLAlchemy engine (Postgres or SQLite)."""
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._read(lambda c: c.execute(select(runs).where(runs.c.id == run_id)).first())
+        return None if row is None else to_run(row)
+
+    def claim(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
+        window_messages: int, served: Sequence[str] | None = None,
+    ) -> Claim | None:
+        params: dict[str, Any] = {"run_id": run_id, "lap": lap, "owner": owner, "now": now,
+                                  "expires": now + timedelta(seconds=lease_seconds),
+                                  "lease_seconds": lease_seconds}
+        statement = statements.CLAIM
+        if served is not None:
+            statement, params["served"] = statements.CLAIM_SERVED, list(served)
+
+        def tx(conn: Connection) -> Claim | None:
+            row = conn.execute(statement, params).first()
+            if row is None:
+                return None
+            state: dict[str, Any] = row.checkpoint_state
+            count = int(state.get("message_count", 0))
+            loaded = [to_message(m) for m in conn.execute(statements.WINDOW, {
+                "run_id": run_id, "start": max(count - window_messages, 0),
+                "summary": state.get("summary_seq")})]
+            lap_messages = [m for m in loaded if m.seq >= count]
+            # Tools run only after the lap's model output is journaled (or for
+            # calls pending from an earlier lap, which keep that lap's keys), so
+            # without either there is no ledger row to load.
+            pending = state.get("pending_calls") or ()
+            lap_effects: dict[str, EffectRecord] = {}
+            if lap_messages or pending:
+                laps = {lap} | {int(p["lap"]) for p in pending}
+                lap_effects = {
+                    e.key: e
+                    for e in map(to_effect, conn.execute(select(effects).where(
+                        effects.c.run_id == run_id, effects.c.lap.in_(laps))))
+                }
+            return Claim(
+                run=to_run(row), lap=lap, owner=owner, checkpoint=state,
+                window=[m for m in loaded if m.seq < count],
+                lap_messages=lap_messages, effects=lap_effects,
+            )
+
+        return self._autocommit(tx, durable=False)
+
+    def renew_lease(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float
+    ) -> Literal["ok", "lost", "cancelled"]:
+        def tx(conn: Connection) -> Literal["ok", "lost", "cancelled"]:
+            row = conn.execute(
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.next_lap == lap, runs.c.lease_owner == owner)
+                .values(lease_expires_at=db_time(now + timedelta(seconds=lease_seconds),
+                                                 lease_seconds))
+                .returning(runs.c.cancel_requested_at)
+            ).first()
+            if row is None:
+                return "lost"
+            return "ok" if row.cancel_requested_at is None else "cancelled"
+
+        return self._tx(tx)
+
+    def journal_model_output(
+        self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
+    ) -> Message:
+        def tx(conn: Connection) -> Message:
+            inserted = conn.execute(statements.JOURNAL[conn.dialect.name], {
+                "run_id": run_id, "seq": seq, "lap": lap, "owner": owner, "now": now,
+                "body": message_body(message)}).first()
+            if inserted is not None:
+                return message
+            fence(conn, run_id, lap, owner, now, cancel=True)
+            existing = conn.execute(
+                select(messages.c.body).where(messages.c.run_id == run_id, messages.c.seq == seq)
+            ).scalar_one()
+            return Message.model_validate(existing)
+
+        return self._autocommit(tx, durable=False)
+
+    def begin_effect(
+        self, intent: EffectIntent, *, owner: str, now: datetime, fence_cancel: bool = True
+    ) -> tuple[EffectRecord, bool]:
+        def tx(conn: Connection) -> tuple[EffectRecord, bool]:
+            fence(conn, intent.run_id, None, owner, now, cancel=fence_cancel)
+            existing = conn.execute(select(effects).where(effects.c.key == intent.key)).first()
+            if existing is None:
+                conn.execute(
+                    insert(effects).values(
+                        **intent.__dict__, status="pending", result=None, error=None,
+                        attempts=1, created_at=now, updated_at=now,
+                    )
+                )
+                created = conn.execute(select(effects).where(effects.c.key == intent.key)).one()
+                return to_effect(created), True
+            if existing.args_hash != intent.args_hash:
+                raise IdempotencyConflictError(
+                    f"effect {intent.key} was first called with different arguments "
+                    f"(tool {existing.tool_name}); refusing to call it with new ones"
+                )
+            if existing.status in ("pending", "not_applied"):
+                conn.execute(
+                    update(effects)
+                    .where(effects.c.key == intent.key)
+                    .values(attempts=effects.c.attempts + 1, updated_at=now, status="pending")
+                )
+            if existing.status == "not_applied":
+                # Known never to have landed: the caller makes the call (again).
+                again = conn.execute(select(effects).where(effects.c.key == intent.key)).one()
+                return to_effect(again), True
+            return to_effect(existing), False
+
+        return self._tx(tx)
+
+    def finish_effect(
+        self, key: str, *, status: EffectStatus, result: Any, error: str | None,
+        now: datetime,
+    ) -> None:
+        # An outcome never overwrites "applied"; only compensation moves past it.
+        guard = (effects.c.status == "applied" if status == "compensated"
+                 else effects.c.status.not_in(("applied", "compensated")))
+        values: dict[str, Any] = {"status": status, "updated_at": now}
+        if status != "compensated":
+            values.update(result=result, error=error)
+        self._tx(lambda conn: conn.execute(
+            update(effects).where(effects.c.key == key, guard).values(**values)))
+
+    def commit_lap(self, commit: LapCommit) -> bool:
+        # A commit that waits takes the transaction: it must re-check for
+        # wake-ups that arrived since the lap read them (``store.wakeups``).
+        if self.engine.dialect.name == "postgresql" and not (
+                commit.new_approvals or commit.delivered_signals
+                or commit.update.status == "waiting"):
+            return self._autocommit(lambda c: postgres.commit_lap(c, commit), durable=True)
+
+        def tx(conn: Connection) -> bool:
+            if conn.dialect.name == "postgresql":
+                if not postgres.commit_lap(conn, commit):
+                    return False
+                _commit_extras(conn, commit)
+                _recheck_wait(conn, commit)
+                return True
+            u = commit.update
+            laps, tin, tout, cost = commit.usage
+            done = u.status in TERMINAL
+            fenced = conn.execute(
+                update(runs)
+                .where(
+                    runs.c.id == commit.run_id,
+                    runs.c.next_lap == commit.lap,
+                    runs.c.lease_owner == commit.owner,
+                    runs.c.cancel_requested_at.is_(None),
+                )
+                .values(
+                    next_lap=commit.lap + 1, status=u.status, lease_owner=None,
+                    lease_expires_at=None, lap_attempts=0, wake_at=u.wake_at,
+                    waiting_for=wait_text(u.waiting_for), result=u.result, error_code=u.error_code,
+                    error_message=u.error_message, error_detail=u.error_detail,
+                    laps_used=laps, input_tokens=tin, output_tokens=tout, cost_micros=cost,
+                    updated_at=commit.now, last_checkpoint_at=commit.now,
+                    enqueued_at=commit.now if u.enqueue else None,
+                    finished_at=commit.now if done else None,
+                    agent_version=commit.agent_version or runs.c.agent_version,
+                )
+            )
+            if fenced.rowcount != 1:
+                return False
+            if commit.messages:
+                conn.execute(
+                    messages_insert(conn).on_conflict_do_nothing(),
+                    [
+                        {"run_id": commit.run_id, "seq": seq, "lap": commit.lap,
+                         "body": message_body(m), "created_at": commit.now}
+                        for seq, m in commit.messages
+                    ],
+                )
+            conn.execute(
+                insert(checkpoints).values(
+                    run_id=commit.run_id, lap=commit.lap, schema_version=commit.schema_version,
+                    state=commit.checkpoint, created_at=commit.now,
+                )
+            )
+            record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event,
+                            commit.now)
+            _commit_extras(conn, commit)
+            _recheck_wait(conn, commit)
+            return True
+
+        return self._tx(tx)
+
+    def release(
+        self, run_id: str, lap: int, *, owner: str, now: datetime, outcome: RunUpdate,
+        event: dict[str, Any], reset_attempts: bool = False, fence_cancel: bool = True,
+    ) -> bool:
+        update_ = outcome
+
+        def tx(conn: Connection) -> bool:
+            values: dict[str, Any] = dict(
+                status=update_.status, lease_owner=None, lease_expires_at=None,
+                wake_at=update_.wake_at, waiting_for=wait_text(update_.waiting_for),
+                error_code=update_.error_code, error_message=update_.error_message,
+                error_detail=update_.error_detail, updated_at=now,
+                enqueued_at=db_time(now) if update_.enqueue else None,
+            )
+            if update_.ending is not None:
+                values["ending"] = update_.ending
+            if update_.status in TERMINAL:
+                values.update(finished_at=now, result=update_.result)
+            if reset_attempts:
+                values["lap_attempts"] = 0
+            cond = [runs.c.id == run_id, runs.c.next_lap == lap, runs.c.lease_owner == owner]
+            if fence_cancel:
+                cond.append(runs.c.cancel_requested_at.is_(None))
+            done = conn.execute(update(runs).where(*cond).values(**values))
+            if done.rowcount != 1:
+                return False
+            record_event_tx(conn, run_id, lap, str(event.pop("kind", "released")), event, now)
+            return True
+
+        return self._tx(tx)
+
+    def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
+              limit: int = 500) -> list[DueLap]:
+        return self._tx(lambda c: sweeping.sweep(
+            c, now=now, handoff_seconds=handoff_seconds, resend_max_seconds=resend_max_seconds,
+            limit=limit))
+
+    def heartbeat(self, worker: str, versions: Sequence[tuple[str, str]], *,
+                  now: datetime) -> None:
+        self._tx(lambda c: sweeping.heartbeat(c, worker, versions, now=now))
+
+    def forget_worker(self, worker: str) -> None:
+        self._tx(lambda c: c.execute(
+            delete(served_versions).where(served_versions.c.worker == worker)))
+
+    def prune(self, *, checkpoints_before: datetime, ledger_before: datetime,
+              batch: int) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        while True:
+            done = self._tx(lambda c: sweeping.prune_batch(
+                c, checkpoints_before=checkpoints_before, ledger_before=ledger_before,
+                batch=batch))
+            for k, v in done.items():
+                totals[k] = totals.get(k, 0) + v
+            if not any(done.values()):
+                return totals
+
+    def pending_signals(self, run_id: str, name: str) -> list[SignalRecord]:
+        return self._read(lambda c: pauses.pending_signals(c, run_id, name))
+
+    def approval_for(self, effect_key: str) -> ApprovalRecord | None:
+        return self._read(lambda c: pauses.approval_for(c, effect_key))
+
+    def list_messages(self, run_id: str, *, start: int = 0,
+                      end: int | None = None) -> list[StoredMessage]:
+        q = select(messages.c.seq, messages.c.lap, messages.c.body).where(
+            messages.c.run_id == run_id, messages.c.seq >= start).order_by(messages.c.seq)
+        if end is not None:
+            q = q.where(messages.c.seq < end)
+        return [to_message(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    def list_effects(self, run_id: str) -> list[EffectRecord]:
+        q = select(effects).where(effects.c.run_id == run_id).order_by(
+            effects.c.lap, effects.c.call_index, effects.c.created_at)
+        return [to_effect(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
+                     *, now: datetime) -> None:
+        self._tx(lambda c: record_event_tx(c, run_id, lap, kind, data, now))
+
+
+def _commit_extras(conn: Connection, commit: LapCommit) -> None:
+    """The rare parts of a lap commit: a new approval, consumed signals."""
+    pauses.insert_approvals(conn, commit.new_approvals)
+    if commit.delivered_signals:
+        conn.execute(
+            update(signals)
+            .where(signals.c.id.in_(commit.delivered_signals), signals.c.delivered_lap.is_(None))
+            .values(delivered_lap=commit.lap)
+        )
+
+
+def _recheck_wait(conn: Connection, commit: LapCommit) -> None:
+    if commit.update.status == "waiting":
+        wakeups.recheck(conn, commit.run_id, commit.lap, commit.update.waiting_for,
+                        delivered=commit.delivered_signals, now=commit.now)
+
+
+def messages_insert(conn: Connection) -> Any:
+    """The dialect's INSERT (both have ON CONFLICT DO NOTHING)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(messages)
+
+
+__all__ = ["SqlLapStore", "messages_insert"]

@@ -1,0 +1,1 @@
+"""Test doubles that run as real servers (not shipped in the package)."""
