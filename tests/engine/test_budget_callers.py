@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,17 +33,9 @@ def _forever(r: ModelRequest) -> ModelResponse:
     return turn(f"lap {r.lap}", [("note", {"text": "again"})])
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'aw.db'}"
-    value: str = request.getfixturevalue("database_url")
-    return value
-
-
 @pytest.fixture
-def w(url: str) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(url, retry_backoff_seconds=0, max_lap_attempts=3)
+def w(dialect_url: str) -> Iterator[InProcessWorker]:
+    worker = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
     worker.rt.registry = Registry()
     worker.rt.registry.register(Agent(name="capped", model=ScriptedModel(_forever),
                                       tools=[note], budget=AGENT_LIMITS))

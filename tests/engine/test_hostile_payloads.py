@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,11 +32,9 @@ CLEANED = f"a{FFFD}b{FFFD}c{FFFD}d"
 calls: dict[str, int] = {}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def worker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[InProcessWorker]:
-    url = (f"sqlite:///{tmp_path / 'aw.db'}" if request.param == "sqlite"
-           else request.getfixturevalue("database_url"))
-    w = InProcessWorker(url, retry_backoff_seconds=0, max_lap_attempts=3,
+@pytest.fixture
+def worker(dialect_url: str) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3,
                         max_tool_result_bytes=2000, max_pending_signals=3, max_json_depth=20)
     yield w
     assert isinstance(w.rt.store, SqlStore)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,11 +81,9 @@ register(Agent(name="prop-hostile", model=ScriptedModel(_script), window_message
                tools=[prop_echo, prop_fail, prop_approved, wait_for_signal_tool], redact=None))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def worker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[InProcessWorker]:
-    url = (f"sqlite:///{tmp_path / 'aw.db'}" if request.param == "sqlite"
-           else request.getfixturevalue("database_url"))
-    w = InProcessWorker(url, retry_backoff_seconds=0, max_lap_attempts=2)
+@pytest.fixture
+def worker(dialect_url: str) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=2)
     yield w
     assert isinstance(w.rt.store, SqlStore)
     w.rt.store.dispose()

@@ -12,7 +12,6 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,17 +112,9 @@ def _plan_model() -> ScriptedModel:
     return ScriptedModel(script)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'aw.db'}"
-    value: str = request.getfixturevalue("database_url")
-    return value
-
-
 @pytest.fixture
-def w(url: str) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(url, retry_backoff_seconds=0, max_lap_attempts=3)
+def w(dialect_url: str) -> Iterator[InProcessWorker]:
+    worker = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
     worker.rt.registry = Registry()
     yield worker
     store = worker.rt.store
@@ -438,7 +429,7 @@ def test_a_removed_tool_is_reconciled_from_the_ledger(
 
 
 def test_a_migrating_lap_moves_the_pin_and_old_code_cannot_claim_the_run(
-        w: InProcessWorker, url: str) -> None:
+        w: InProcessWorker, dialect_url: str) -> None:
     """Bug 2: v2 (resumes v1) migrates the checkpoint; the run must be pinned
     to v2 and its next laps sent to v2's queue, and a v1 worker receiving a
     lap of it (a late or duplicate message) must not claim it."""
@@ -448,7 +439,7 @@ def test_a_migrating_lap_moves_the_pin_and_old_code_cannot_claim_the_run(
     v1_lap = queue.pending.popleft()
     assert run_lap(w.rt, v1_lap.run_id, v1_lap.lap) == "committed"
 
-    new = InProcessWorker(url, retry_backoff_seconds=0)
+    new = InProcessWorker(dialect_url, retry_backoff_seconds=0)
     try:
         new.rt.registry = Registry()
         new.rt.registry.register(Agent(name="lc", version="2", model=_plan_model(),
