@@ -246,13 +246,15 @@ register(Agent(name="fragile", model=lambda: ScriptedModel(_fragile),
 
 
 def _chaos_mix(r: ModelRequest) -> ModelResponse:
-    """Odd laps read (``step``), even laps pay through the vendor (idempotent
-    ``pay``, order ``<tag>-<lap>``): what the chaos suite counts at the vendor."""
+    """Odd laps read (``step``, sleeping ``pause`` seconds), even laps pay through
+    the vendor (idempotent ``pay``, order ``<tag>-<lap>``): what the chaos suite
+    counts at the vendor."""
     p = params(r)
     if r.lap > int(p.get("laps", 30)):
         return turn(json.dumps({"laps": r.lap - 1}))
     if r.lap % 2:
-        return turn(f"read {r.lap}", [("step", {"n": r.lap})])
+        return turn(f"read {r.lap}", [("step", {"n": r.lap,
+                                                "pause": float(p.get("pause", 0))})])
     return turn(f"pay {r.lap}", [("pay", {"order_id": f"{p['tag']}-{r.lap}",
                                           "amount_cents": int(p.get("amount", 100))})])
 

@@ -193,15 +193,17 @@ def _vendor_applied(db_path: Path) -> list[tuple[str, str]]:
 #: Timings: the fixture's shortened ones (a large workload), and once the
 #: defaults (lease 10 s, sweep 2 s, re-send cap 60 s) on a smaller one, so a
 #: recovery that only short timings make quick cannot hide (issue 14, bug 10).
-TIMINGS = {"short": ({}, RUNS, LAPS, (2.5, 5.0)),
-           "default": (default_timing(), max(RUNS // 5, 1), LAPS, (5.0, 8.0))}
+#: The smaller workload's read laps sleep a second: on a quiet machine it would
+#: otherwise finish within three kill gaps, with no lap in flight to recover.
+TIMINGS = {"short": ({}, RUNS, LAPS, (2.5, 5.0), 0.0),
+           "default": (default_timing(), max(RUNS // 5, 1), LAPS, (5.0, 8.0), 1.0)}
 
 
 @pytest.mark.parametrize("timing", list(TIMINGS))
 def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
                      private_redis: PrivateRedis, database_url: str, tmp_path: Path,
                      capsys: pytest.CaptureFixture[str], timing: str) -> None:
-    timing_env, n_runs, n_laps, kill_gap = TIMINGS[timing]
+    timing_env, n_runs, n_laps, kill_gap, pause = TIMINGS[timing]
     rng = random.Random(SEED)
     with capsys.disabled():
         print(f"\nchaos ({timing} timings): seed {SEED} (replay with AW_CHAOS_SEED={SEED}), "
@@ -215,8 +217,8 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
         chaos.start()
         fleet.beat(**timing_env)
         for i in range(n_runs):
-            aw.start_run("chaos-mix", {"tag": f"r{i}", "laps": n_laps, "amount": AMOUNT},
-                         run_id=f"chaos-{i}")
+            aw.start_run("chaos-mix", {"tag": f"r{i}", "laps": n_laps, "amount": AMOUNT,
+                                       "pause": pause}, run_id=f"chaos-{i}")
         total = n_runs * (n_laps + 1)
         deadline = chaos.started + BUDGET_SECONDS
         finished = 0
