@@ -222,6 +222,13 @@ def test_redis_restart_without_aof_loses_messages_and_the_sweeper_resends(
     assert _laps_resent_by_sweeper(fleet) > 0, "the sweeper never re-sent a lost lap"
 
 
+#: kombu 5.7's crash on a lost Redis connection (README, "Keeping workers
+#: running"): no setting or release avoids it, so every supervisor in deploy/
+#: restarts a worker that exits. This test does the same, for that crash only.
+KOMBU_RESTORE_CRASH = "Unrecoverable error: AttributeError(\"'NoneType' object has no " \
+    "attribute 'hostname'\")"
+
+
 def test_redis_unreachable_for_seconds_then_workers_reconnect(
         aw: AgentWorker, fleet: Fleet, private_redis: PrivateRedis) -> None:
     workers = [fleet.worker(concurrency=2), fleet.worker(concurrency=1)]
@@ -229,8 +236,24 @@ def test_redis_unreachable_for_seconds_then_workers_reconnect(
     ids = _start_loops(aw, 5, laps=12)
     wait_for(lambda: _all_progressed(aw, ids, 2), timeout=120, what="every run at lap 2")
     private_redis.restart(down_seconds=5)
+    crashed: list[Proc] = []
+
+    def supervise() -> bool:
+        """Restart, like systemd or Kubernetes would, a worker that exited with
+        the known kombu crash; any other exit fails the test."""
+        for i, w in enumerate(workers):
+            if not w.alive():
+                assert KOMBU_RESTORE_CRASH in w.log.read_text(errors="replace"), \
+                    f"worker {w.pid} died instead of reconnecting"
+                crashed.append(w)
+                workers[i] = fleet.worker(concurrency=1)
+        return all(aw.get_run(r).status == "succeeded" for r in ids)
+
+    wait_for(supervise, timeout=180, interval=0.5, what="every run finished")
     _finish_all(aw, ids, 12)
-    assert all(p.alive() for p in [*workers, beat]), "a process died instead of reconnecting"
+    assert beat.alive(), "beat died instead of reconnecting"
+    if crashed:
+        print(f"kombu's restore crash took down {len(crashed)} worker(s); restarted")
 
 
 # --- 4. Postgres ------------------------------------------------------------------
