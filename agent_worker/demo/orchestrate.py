@@ -40,9 +40,10 @@ def _laps_once(aw: AgentWorker, run_id: str) -> bool:
 
 def _wait(aw: AgentWorker, runs: list[str], what: str,
           until: Callable[[list[RunRecord]], bool], timeout: float) -> list[RunRecord]:
-    """Poll the runs until ``until`` holds, printing their progress every couple
-    of seconds, so the demo never goes quiet."""
-    start = last = time.monotonic()
+    """Poll the runs until ``until`` holds, printing their progress as the wait
+    begins and every couple of seconds after, so the demo never goes quiet."""
+    start = time.monotonic()
+    last = start - PROGRESS_EVERY
     while True:
         records = [aw.get_run(r) for r in runs]
         if until(records):
