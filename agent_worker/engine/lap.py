@@ -82,13 +82,12 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
          attempt=run.lap_attempts)
     agent = rt.registry.resolve(run.agent_name, run.agent_version)
     if agent is None:
-        # Not ours to run: leave it queued (marked sent now, not re-sent here) so
-        # the sweeper re-sends it to its version's queue after the overdue delay.
+        # Reachable only if the registry changed after the claim (the claim is
+        # fenced on served versions): leave it queued, marked sent now, so the
+        # sweeper re-sends it to its version's queue once the hand-off lapses.
         rt.store.release(run_id, lap, owner=owner, now=rt.clock.now(),
                          outcome=RunUpdate(status="queued", enqueue=True),
-                         event={"kind": "unserved",
-                                "worker_serves": [f"{n}@{v}" for n, v in
-                                                  rt.registry.served_versions()]},
+                         event={"kind": "unserved", "worker_serves": _served(rt)},
                          reset_attempts=True)
         return "unserved"
     with Heartbeat(rt, run_id, lap, owner) as hb:
