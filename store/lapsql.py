@@ -9,12 +9,11 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import Connection, delete, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import pauses, postgres, statements, sweeping, wakeups
+from store import lapcommit, pauses, statements, sweeping, wakeups
 from store.base import (
     ApprovalRecord,
     Claim,
@@ -29,7 +28,6 @@ from store.base import (
 )
 from store.dbtime import db_time
 from store.rows import (
-    checkpoints,
     effects,
     fence,
     message_body,
@@ -175,62 +173,18 @@ class SqlLapStore(SqlBase):
             update(effects).where(effects.c.key == key, guard).values(**values)))
 
     def commit_lap(self, commit: LapCommit) -> bool:
+        values = lapcommit.params(commit)
         # A commit that waits takes the transaction: it must re-check for
         # wake-ups that arrived since the lap read them (``store.wakeups``).
+        # Otherwise Postgres commits the lap's one statement in autocommit.
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals
                 or commit.update.status == "waiting"):
-            return self._autocommit(lambda c: postgres.commit_lap(c, commit), durable=True)
+            return self._autocommit(lambda c: lapcommit.write(c, values), durable=True)
 
         def tx(conn: Connection) -> bool:
-            if conn.dialect.name == "postgresql":
-                if not postgres.commit_lap(conn, commit):
-                    return False
-                _commit_extras(conn, commit)
-                _recheck_wait(conn, commit)
-                return True
-            u = commit.update
-            laps, tin, tout, cost = commit.usage
-            done = u.status in TERMINAL
-            fenced = conn.execute(
-                update(runs)
-                .where(
-                    runs.c.id == commit.run_id,
-                    runs.c.next_lap == commit.lap,
-                    runs.c.lease_owner == commit.owner,
-                    runs.c.cancel_requested_at.is_(None),
-                )
-                .values(
-                    next_lap=commit.lap + 1, status=u.status, lease_owner=None,
-                    lease_expires_at=None, lap_attempts=0, wake_at=u.wake_at,
-                    waiting_for=wait_text(u.waiting_for), result=u.result, error_code=u.error_code,
-                    error_message=u.error_message, error_detail=u.error_detail,
-                    laps_used=laps, input_tokens=tin, output_tokens=tout, cost_micros=cost,
-                    updated_at=commit.now, last_checkpoint_at=commit.now,
-                    enqueued_at=commit.now if u.enqueue else None,
-                    finished_at=commit.now if done else None,
-                    agent_version=commit.agent_version or runs.c.agent_version,
-                )
-            )
-            if fenced.rowcount != 1:
+            if not lapcommit.write(conn, values):
                 return False
-            if commit.messages:
-                conn.execute(
-                    messages_insert(conn).on_conflict_do_nothing(),
-                    [
-                        {"run_id": commit.run_id, "seq": seq, "lap": commit.lap,
-                         "body": message_body(m), "created_at": commit.now}
-                        for seq, m in commit.messages
-                    ],
-                )
-            conn.execute(
-                insert(checkpoints).values(
-                    run_id=commit.run_id, lap=commit.lap, schema_version=commit.schema_version,
-                    state=commit.checkpoint, created_at=commit.now,
-                )
-            )
-            record_event_tx(conn, commit.run_id, commit.lap, "lap_committed", commit.event,
-                            commit.now)
             _commit_extras(conn, commit)
             _recheck_wait(conn, commit)
             return True
@@ -335,10 +289,4 @@ def _recheck_wait(conn: Connection, commit: LapCommit) -> None:
                         delivered=commit.delivered_signals, now=commit.now)
 
 
-def messages_insert(conn: Connection) -> Any:
-    """The dialect's INSERT (both have ON CONFLICT DO NOTHING)."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(messages)
-
-
-__all__ = ["SqlLapStore", "messages_insert"]
+__all__ = ["SqlLapStore"]
