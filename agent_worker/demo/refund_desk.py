@@ -151,6 +151,7 @@ def demo_model() -> ModelClient:
         return OpenAIChatModel(model or "gpt-4o-mini",
                                base_url=os.environ.get("OPENAI_BASE_URL"))
     if provider == "anthropic" and os.environ.get("ANTHROPIC_API_KEY"):
+        # the same optional extra: imported only when asked for
         from agent_worker.model.anthropic_client import AnthropicModel
 
         return AnthropicModel(model or "claude-haiku-4-5")
