@@ -32,7 +32,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -209,7 +209,7 @@ def run_tool(args: list[str], timeout: float = 30) -> subprocess.CompletedProces
     return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def tool_missing(why: str) -> None:
+def tool_missing(why: str) -> NoReturn:
     """Skip locally; fail in CI, whose install step installs the tool."""
     if os.environ.get("CI"):
         pytest.fail(f"{why}; deploy/local/install.sh should have installed it")

@@ -300,7 +300,7 @@ def test_deep_json_is_refused_clearly_everywhere(worker: InProcessWorker) -> Non
 @pytest.mark.parametrize("kwargs", [{"run_id": "ticket-1\n"}, {"tenant": "acme\n"},
                                     {"run_id": "a\x00"}, {"tenant": "ac\u202eme"}])
 def test_look_alike_identifiers_are_refused(worker: InProcessWorker,
-                                            kwargs: dict[str, str]) -> None:
+                                            kwargs: dict[str, Any]) -> None:
     """Was: ``$`` matched before a trailing newline, creating look-alike runs."""
     with pytest.raises(InvalidInputError):
         worker.start_run(_scripted("h-ids", turn("ok")), "hi", **kwargs)

@@ -48,7 +48,7 @@ from agent_worker.errors import AgentWorkerError, MalformedModelOutputError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
 from agent_worker.tools import ToolContext
-from store.base import TERMINAL, DueLap
+from store.base import TERMINAL, ApprovalRecord, DueLap
 from store.db import make_engine
 from store.rows import effects, events, runs
 from store.sql import SqlStore
@@ -222,7 +222,8 @@ class FaultyStore:
         return self._then("after_model_journal", self.inner.journal_model_output(*a, **k))
 
     def finish_effect(self, *a: Any, **k: Any) -> Any:
-        return self._then("after_outcome", self.inner.finish_effect(*a, **k))
+        self.inner.finish_effect(*a, **k)
+        return self._then("after_outcome", None)
 
     def commit_lap(self, *a: Any, **k: Any) -> Any:
         return self._then("after_commit", self.inner.commit_lap(*a, **k))
@@ -482,8 +483,9 @@ class Lifecycle(RuleBasedStateMachine):
         that has not happened yet (one that did would be a lost wake-up)."""
         kind, _, name = (waiting_for or "").partition(":")
         if kind == "approval":
-            [approval] = [a for a in self.w.list_approvals(status="pending", run_id=run_id)
-                          if a.id == name] or [None]
+            matches: list[ApprovalRecord | None] = [
+                a for a in self.w.list_approvals(status="pending", run_id=run_id) if a.id == name]
+            [approval] = matches or [None]
             assert approval is not None, f"{run_id} waits on a decided approval {name}"
         elif kind == "signal":
             assert not self.store.pending_signals(run_id, name), (
@@ -566,7 +568,7 @@ def postgres(database_url: str) -> Iterator[None]:
     store = SqlStore(make_engine(database_url,
                                  connect_args={"options": "-c synchronous_commit=off"}))
     faulty = FaultyStore(store)
-    w.rt.store = faulty  # type: ignore[assignment]
+    w.rt.store = faulty
     _workers.append(w)
     moved = CLOCK.now()
     yield

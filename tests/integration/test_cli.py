@@ -168,14 +168,14 @@ def _in_process_env(env: dict[str, str], broker_url: str) -> Iterator[None]:
     get_settings.cache_clear()
     api.configure(None)
     previous = app.conf.broker_url
-    app.conf.broker_url = broker_url
+    app.conf.update(broker_url=broker_url)
     try:
         yield
     finally:
         api.configure(None)
         mp.undo()
         get_settings.cache_clear()
-        app.conf.broker_url = previous
+        app.conf.update(broker_url=previous)
 
 
 # --- no worker needed ------------------------------------------------------------------
@@ -281,7 +281,7 @@ def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) ->
     assert [r["id"] for r in cli("runs", "list", "--agent", "loop", "--agent-version", "1",
                                  "--status", "succeeded", "--limit", "500", "--json",
                                  inproc=True).json if r["id"] == "cli-loop-1"] == ["cli-loop-1"]
-    human = cli("runs", "list", "--tenant", "cli-t1", inproc=True)
+    human: Any = cli("runs", "list", "--tenant", "cli-t1", inproc=True)
     assert "cli-loop-1" in human.out and "succeeded" in human.out
 
     shown = cli("runs", "show", "cli-loop-1", "--laps", "--json").json

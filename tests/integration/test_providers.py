@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -18,7 +19,7 @@ from tests.support import Fleet
 pytestmark = pytest.mark.integration
 
 CANARY = "sk-canary-0123456789abcdef"
-SCRIPT = [
+SCRIPT: list[dict[str, Any]] = [
     {"text": "", "tool_calls": [{"name": "step", "arguments": {"n": 1}}],
      "usage": {"input": 50, "output": 10}},
     # Lap 2's first answer is produced, billed by the "provider", and lost on the
