@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 
@@ -87,10 +87,17 @@ class Agent:
         return next((t for t in self.tools if t.name == name), None)
 
     def client(self) -> ModelClient:
-        """The model client (built from the factory on first use per process)."""
+        """The model client: the one given, or the factory's, built on first use."""
         if isinstance(self.model, ModelClient):
             return self.model
-        return _model_cache.setdefault((self.name, self.version), self.model())
+        return self._built_client
+
+    @cached_property
+    def _built_client(self) -> ModelClient:
+        # Owned by this definition (and so by the registry holding it), not by a
+        # process-wide cache keyed by name: a test's or a redeploy's fresh
+        # definition gets a fresh client, and dropping one frees its client.
+        return cast(ModelFactory, self.model)()
 
     @cached_property
     def price_table(self) -> PriceTable:
@@ -100,9 +107,6 @@ class Agent:
     def serves(self, version: str) -> bool:
         """Whether runs started on ``version`` can be resumed by this definition."""
         return version == self.version or version in self.resumes
-
-
-_model_cache: dict[tuple[str, str], ModelClient] = {}
 
 
 class Registry:

@@ -372,26 +372,54 @@ class AgentWorker:
         return Decimal(run.cost_micros) / 1_000_000
 
 
-_default: AgentWorker | None = None
+class DefaultClient:
+    """The handle behind the module-level functions (``start_run``, ``approve``...).
+
+    Built from settings on first use and owned here, so it has one lifetime:
+    ``replace`` swaps it (closing a handle this object built, which nobody
+    else owns), ``close`` ends it. A process that switches databases, or a test,
+    says so through these instead of resetting a module global by hand.
+    """
+
+    def __init__(self) -> None:
+        self._client: AgentWorker | None = None
+        self._owned = False
+
+    def get(self) -> AgentWorker:
+        """The current handle, built from settings (store and Celery broker) if none."""
+        if self._client is None:
+            settings = get_settings()
+            _load_agents(settings.agent_modules)
+            store = SqlStore(settings.database_url)
+            self._client = AgentWorker(Runtime(store=store, dispatcher=CeleryDispatcher(),
+                                               settings=settings,
+                                               clock=DatabaseClock(store.current_time)))
+            self._owned = True
+        return self._client
+
+    def replace(self, client: AgentWorker | None) -> None:
+        """Use ``client`` from now on (``None``: build one on next use)."""
+        self.close()
+        self._client, self._owned = client, False
+
+    def close(self) -> None:
+        """Close the handle if this object built it (its heartbeat and connections)."""
+        if self._client is not None and self._owned:
+            self._client.rt.close()
+        self._client, self._owned = None, False
+
+
+_default = DefaultClient()
 
 
 def configure(client: AgentWorker | None) -> None:
     """Set (or with ``None`` reset) the handle the module-level functions use."""
-    global _default
-    _default = client
+    _default.replace(client)
 
 
 def client() -> AgentWorker:
     """The default handle: the configured store and the Celery broker."""
-    global _default
-    if _default is None:
-        settings = get_settings()
-        _load_agents(settings.agent_modules)
-        store = SqlStore(settings.database_url)
-        _default = AgentWorker(Runtime(store=store, dispatcher=CeleryDispatcher(),
-                                       settings=settings,
-                                       clock=DatabaseClock(store.current_time)))
-    return _default
+    return _default.get()
 
 
 def _load_agents(modules: str) -> None:

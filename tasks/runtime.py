@@ -10,27 +10,48 @@ from agent_worker.settings import get_settings
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
 
-_runtime: Runtime | None = None
+
+class WorkerRuntime:
+    """The runtime a worker process's tasks share, with an explicit lifetime:
+    built on the first task, dropped (not closed: its connections belong to the
+    parent) when a pool child is forked, closed at the child's shutdown."""
+
+    def __init__(self) -> None:
+        self._runtime: Runtime | None = None
+
+    def get(self) -> Runtime:
+        if self._runtime is None:
+            s = get_settings()
+            store = SqlStore(s.database_url)
+            # Workers on many hosts agree on time only through the database's clock.
+            self._runtime = Runtime(store=store, dispatcher=CeleryDispatcher(), settings=s,
+                                    clock=DatabaseClock(store.current_time))
+        return self._runtime
+
+    def forget(self) -> None:
+        """After fork: the parent's runtime (its pool, its heartbeat) is not ours."""
+        self._runtime = None
+
+    def close(self) -> None:
+        """Stop the heartbeat thread and close the connections."""
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
+
+_worker = WorkerRuntime()
 
 
 def runtime() -> Runtime:
-    global _runtime
-    if _runtime is None:
-        s = get_settings()
-        store = SqlStore(s.database_url)
-        # Workers on many hosts agree on time only through the database's clock.
-        _runtime = Runtime(store=store, dispatcher=CeleryDispatcher(), settings=s,
-                           clock=DatabaseClock(store.current_time))
-    return _runtime
+    """This process's runtime (built on first use)."""
+    return _worker.get()
 
 
 @worker_process_init.connect
 def _fresh_after_fork(**_: object) -> None:
-    global _runtime
-    _runtime = None
+    _worker.forget()
 
 
 @worker_process_shutdown.connect
 def _dispose(**_: object) -> None:
-    if _runtime is not None:
-        _runtime.close()
+    _worker.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_worker.agent import Registry
 from tests.support import ROOT, TEST_AGENTS, Fleet, lock_redis_db, logs
 
 PG_ADMIN = os.environ.get("AGENT_WORKER_TEST_PG", "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker")
@@ -24,6 +25,14 @@ def _unavailable(why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"required service unavailable in CI: {why}")
     pytest.skip(why)
+
+
+@pytest.fixture
+def agent_registry() -> Registry:
+    """A fresh agent registry for one test's worker (``w.rt.registry =
+    agent_registry``): what one test registers never leaks into another through
+    the process-wide ``agent_worker.registry``."""
+    return Registry()
 
 
 @pytest.fixture(scope="session")
@@ -176,7 +185,7 @@ def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     get_settings.cache_clear()
     from tasks import app
 
-    app.conf.broker_url = worker_env["AGENT_WORKER_BROKER_URL"]
+    app.conf.update(broker_url=worker_env["AGENT_WORKER_BROKER_URL"])
     api.configure(None)
     client = api.client()
     yield client

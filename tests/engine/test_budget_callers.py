@@ -34,9 +34,9 @@ def _forever(r: ModelRequest) -> ModelResponse:
 
 
 @pytest.fixture
-def w(dialect_url: str) -> Iterator[InProcessWorker]:
+def w(dialect_url: str, agent_registry: Registry) -> Iterator[InProcessWorker]:
     worker = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
-    worker.rt.registry = Registry()
+    worker.rt.registry = agent_registry
     worker.rt.registry.register(Agent(name="capped", model=ScriptedModel(_forever),
                                       tools=[note], budget=AGENT_LIMITS))
     yield worker

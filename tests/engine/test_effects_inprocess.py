@@ -58,10 +58,10 @@ class FakeVendor:
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
+def worker(tmp_path: Path, agent_registry: Registry) -> Iterator[InProcessWorker]:
     w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", retry_backoff_seconds=0,
                         max_lap_attempts=3)
-    w.rt.registry = Registry()
+    w.rt.registry = agent_registry
     yield w
     w.rt.store.dispose()
 

@@ -113,9 +113,9 @@ def _plan_model() -> ScriptedModel:
 
 
 @pytest.fixture
-def w(dialect_url: str) -> Iterator[InProcessWorker]:
+def w(dialect_url: str, agent_registry: Registry) -> Iterator[InProcessWorker]:
     worker = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
-    worker.rt.registry = Registry()
+    worker.rt.registry = agent_registry
     yield worker
     store = worker.rt.store
     assert isinstance(store, SqlStore)
