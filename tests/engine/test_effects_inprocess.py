@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,8 +57,8 @@ class FakeVendor:
 
 
 @pytest.fixture
-def worker(tmp_path: Path, agent_registry: Registry) -> Iterator[InProcessWorker]:
-    w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", retry_backoff_seconds=0,
+def worker(dialect_url: str, agent_registry: Registry) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(dialect_url, retry_backoff_seconds=0,
                         max_lap_attempts=3)
     w.rt.registry = agent_registry
     yield w

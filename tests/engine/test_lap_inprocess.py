@@ -38,8 +38,8 @@ def _first_tool_result(w: AgentWorker, run_id: str) -> str:
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
-    w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", retry_backoff_seconds=0,
+def worker(dialect_url: str) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(dialect_url, retry_backoff_seconds=0,
                         max_lap_attempts=3)
     yield w
     w.rt.store.dispose()
@@ -123,6 +123,12 @@ def test_poison_lap_dead_letters_then_operator_retry_resumes(worker: InProcessWo
     assert done.status == "succeeded" and done.result == "recovered" and done.lap == 2
 
 
+#: For tests that assert the whole database holds nothing else: on Postgres the
+#: session's database is shared with every other test.
+sqlite_only = pytest.mark.parametrize("dialect_url", ["sqlite"], indirect=True)
+
+
+@sqlite_only
 @pytest.mark.parametrize(("kwargs", "error"), [
     ({"agent": "no-such-agent"}, UnknownAgentError),
     ({"run_id": "bad id with spaces"}, InvalidInputError),
@@ -142,6 +148,7 @@ def test_invalid_start_writes_nothing(worker: InProcessWorker, kwargs: dict[str,
     assert worker.list_runs() == []
 
 
+@sqlite_only
 def test_input_model_validates_input(worker: InProcessWorker) -> None:
     from agent_worker.demo.refund_desk import DemoInput  # noqa: F401 - registers the agent
 
@@ -150,6 +157,7 @@ def test_input_model_validates_input(worker: InProcessWorker) -> None:
     assert worker.list_runs() == []
 
 
+@sqlite_only
 def test_start_run_twice_with_same_id_is_one_run(worker: InProcessWorker) -> None:
     _agent("t-once", lambda r: turn("ok"))
     a = worker.start_run("t-once", "go", run_id="order-77")
