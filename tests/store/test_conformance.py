@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from agent_worker.errors import (
     AlreadyDecidedError,
@@ -115,6 +117,28 @@ def test_wrong_lap_is_not_claimed(store: SqlStore) -> None:
     rid = _uid("r")
     store.create_run(_new(rid))
     assert store.claim(rid, 2, owner="a", now=NOW, lease_seconds=10, window_messages=10) is None
+
+
+def test_a_plain_lap_commit_is_one_statement_on_postgres(database_url: str) -> None:
+    """The lap commit keeps one round trip (in autocommit: one fsync) on Postgres:
+    the fenced UPDATE and the inserts, generated from ``store.lapcommit``'s one
+    description of the run row, go as one statement of CTEs."""
+    store = SqlStore(database_url)
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        assert _commit(store, rid, 1, "a", 1) is True
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+        store.dispose()
+    assert len(sent) == 1 and sent[0].lstrip().startswith("WITH fenced AS"), sent
 
 
 def test_concurrent_claims_one_winner_on_postgres(database_url: str) -> None:
