@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+
+#: JSON columns stored without the spaces ``json.dumps`` puts after ``,`` and
+#: ``:`` by default: a lap writes its messages, checkpoint and event as JSON on
+#: every lap, and the spaces were about 85 bytes of its ~2.4 KB.
+compact_json = partial(json.dumps, separators=(",", ":"))
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -16,6 +23,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     parameters, i.e. message bodies, tool results and whatever secrets they hold.
     """
     kwargs.setdefault("hide_parameters", True)
+    kwargs.setdefault("json_serializer", compact_json)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 30}, **kwargs)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import Text, cast, event, select
 
 from agent_worker.errors import (
     AlreadyDecidedError,
@@ -24,6 +24,7 @@ from agent_worker.messages import Message
 from agent_worker.vocabulary import WaitingFor
 from store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
 from store.migrate import upgrade
+from store.rows import checkpoints, messages
 from store.sql import SqlStore
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -139,6 +140,21 @@ def test_a_plain_lap_commit_is_one_statement_on_postgres(database_url: str) -> N
         event.remove(store.engine, "before_cursor_execute", record)
         store.dispose()
     assert len(sent) == 1 and sent[0].lstrip().startswith("WITH fenced AS"), sent
+
+
+def test_lap_json_is_stored_without_separator_spaces(store: SqlStore) -> None:
+    """Every lap writes its checkpoint, messages and event as JSON; the spaces
+    of ``json.dumps``'s default separators were ~3% of a lap's bytes."""
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
+    assert _commit(store, rid, 1, "a", 1) is True
+    with store.engine.connect() as c:
+        texts = [c.execute(select(cast(checkpoints.c.state, Text)).where(
+                     checkpoints.c.run_id == rid, checkpoints.c.lap == 1)).scalar_one(),
+                 c.execute(select(cast(messages.c.body, Text)).where(
+                     messages.c.run_id == rid, messages.c.seq == 1)).scalar_one()]
+    assert all('": ' not in t and ', "' not in t for t in texts), texts
 
 
 def test_concurrent_claims_one_winner_on_postgres(database_url: str) -> None:
