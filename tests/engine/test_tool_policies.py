@@ -12,25 +12,20 @@ from typing import Any
 import pytest
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
-from agent_worker.agent import Agent, Registry
+from agent_worker.agent import Agent
 from agent_worker.constants import effect_key
 from agent_worker.engine import policy
 from agent_worker.engine.progress import latest
 from agent_worker.errors import AgentDefinitionError, RetryableToolError, ToolTimeoutError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext, ToolKind
-from store.sql import SqlStore
 
 Calls = list[tuple[str, dict[str, Any]]]
 
 
 @pytest.fixture
-def worker(dialect_url: str) -> Iterator[InProcessWorker]:
-    w = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
-    w.rt.registry = Registry()
-    yield w
-    assert isinstance(w.rt.store, SqlStore)
-    w.rt.store.dispose()
+def worker(bare_worker: InProcessWorker) -> InProcessWorker:
+    return bare_worker
 
 
 @pytest.fixture
