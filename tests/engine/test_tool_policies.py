@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from agent_worker import InProcessWorker, ScriptedModel, tool, turn
+from agent_worker import InProcessWorker, ScriptedModel, api, tool, turn
 from agent_worker.agent import Agent
+from agent_worker.cli import app as cli_app
 from agent_worker.constants import effect_key
 from agent_worker.engine import policy
 from agent_worker.engine.progress import latest
@@ -222,6 +224,7 @@ def test_heartbeat_extends_the_lease_records_progress_and_stops_a_cancelled_call
         stop.wait(1.1)
         ctx.heartbeat(progress={"pages": 40, "of": 100, "token": "sk-" + "a" * 30})
         seen["progress"] = latest(worker.events(ctx.run_id), ctx.lap)
+        seen["shown"] = _runs_show(worker, ctx.run_id)
         seen["extended"] = worker.get_run(ctx.run_id).lease_expires_at > before
         worker.cancel(ctx.run_id, reason="enough", by="ops")
         stop.wait(1.1)
@@ -239,3 +242,19 @@ def test_heartbeat_extends_the_lease_records_progress_and_stops_a_cancelled_call
     assert (progress["call"], progress["tool"]) == (0, "crawl")
     assert progress["progress"] == {"pages": 40, "of": 100, "token": "[redacted]"}
     assert seen["extended"] and seen["stopped"] == "RunCancelled"
+    shown_json, shown_text = seen["shown"]
+    assert [(p["call"], p["progress"]["pages"]) for p in shown_json["progress"]] == [(0, 40)]
+    assert 'call 0 crawl: {"pages": 40' in shown_text
+
+
+def _runs_show(worker: InProcessWorker, run_id: str) -> tuple[dict[str, Any], str]:
+    """`agent-worker runs show RUN` (JSON and text) on this worker's store."""
+    api.configure(worker)
+    try:
+        runner = CliRunner()
+        as_json = runner.invoke(cli_app, ["runs", "show", run_id, "--json"])
+        as_text = runner.invoke(cli_app, ["runs", "show", run_id], env={"COLUMNS": "200"})
+    finally:
+        api.configure(None)
+    assert as_json.exit_code == 0 and as_text.exit_code == 0, (as_json.output, as_text.output)
+    return json.loads(as_json.stdout), as_text.stdout
