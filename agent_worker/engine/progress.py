@@ -14,6 +14,8 @@ admitted like a tool result (cleaned, redacted, and bounded to
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -24,6 +26,8 @@ from agent_worker.engine import admit
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.runtime import Runtime
 from store.base import EventRecord
+
+log = logging.getLogger(__name__)
 
 #: Least time between two lease renewals, or two stored progress events, of one call.
 PROGRESS_MIN_SECONDS = 1.0
@@ -56,11 +60,19 @@ class CallBeat:
             if now - self._recorded < PROGRESS_MIN_SECONDS:
                 return
             self._recorded = now
-        kept = admit.tool_result(progress, self._limits, self.agent.redact)
-        self.rt.store.record_event(
-            self.hb.run_id, self.hb.lap, PROGRESS_EVENT,
-            {"call": self.call_index, "tool": self.tool, "progress": kept},
-            now=self.rt.clock.now())
+        try:
+            # Plain JSON first (a set, a datetime become text), then admitted.
+            plain = json.loads(json.dumps(progress, default=str))
+            kept = admit.tool_result(plain, self._limits, self.agent.redact)
+            self.rt.store.record_event(
+                self.hb.run_id, self.hb.lap, PROGRESS_EVENT,
+                {"call": self.call_index, "tool": self.tool, "progress": kept},
+                now=self.rt.clock.now())
+        except Exception as e:
+            # Progress is for people watching; a database blip or an odd value
+            # must not fail the call that reported it.
+            log.warning("progress of %s call %s not recorded: %s", self.tool,
+                        self.call_index, admit.describe(e))
 
 
 def latest(events: Iterable[EventRecord], lap: int) -> list[dict[str, Any]]:
