@@ -323,15 +323,16 @@ class _Lap:
         remaining: list[PendingCall] = []
         # In the model's order, concurrently where allowed (engine.parallel).
         limit = agent.max_parallel_calls or self.rt.settings.max_parallel_calls
-        for i, (pc, outcome) in enumerate(parallel.outcomes(runner, calls, limit=limit,
-                                                             check=self.hb.check)):
+        for i, (pc, outcome, took) in enumerate(parallel.outcomes(runner, calls, limit=limit,
+                                                                   check=self.hb.check)):
             if isinstance(outcome, Pause):
                 pause, remaining = outcome, [outcome.call, *calls[i + 1:]]
                 break
             results.append(outcome.message)
             if outcome.signal_id is not None:
                 signals.append(outcome.signal_id)
-            self._mark("tool", name=pc.call.name, error=outcome.message.is_error)
+            self._mark("tool", name=pc.call.name, error=outcome.message.is_error,
+                       call_ms=took)
         if pause is not None and pause.waiting_for and pause.waiting_for.kind == "effect":
             return self._hold_for_effect(pause)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget

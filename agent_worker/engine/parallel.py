@@ -26,6 +26,7 @@ only what did not.
 from __future__ import annotations
 
 import contextvars
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
@@ -35,6 +36,9 @@ from agent_worker.engine.calls import CallRunner, Done, Pause
 from agent_worker.errors import LapInterrupted
 
 Outcome = Done | Pause
+#: A call, its outcome, and how long it took on its own (ms): in a group that
+#: ran together, the lap's clock cannot tell one call's time from another's.
+Ran = tuple[PendingCall, Outcome, float]
 
 
 def is_barrier(agent: Agent, pc: PendingCall) -> bool:
@@ -60,28 +64,33 @@ def groups(agent: Agent, calls: Sequence[PendingCall]) -> list[list[PendingCall]
 
 
 def outcomes(runner: CallRunner, calls: Sequence[PendingCall], *, limit: int,
-             check: Callable[[], None]) -> Iterator[tuple[PendingCall, Outcome]]:
-    """Each call with its outcome, in the model's order. The consumer stops
-    at the first ``Pause``; the groups after it never start."""
+             check: Callable[[], None]) -> Iterator[Ran]:
+    """Each call with its outcome and duration, in the model's order. The
+    consumer stops at the first ``Pause``; the groups after it never start."""
     for group in groups(runner.agent, calls):
         if len(group) == 1 or limit == 1:
             for pc in group:
-                check()
-                yield pc, runner.run(pc)
+                yield _timed(runner, pc, check)
             continue
-        yield from zip(group, _together(runner, group, limit, check), strict=True)
+        yield from _together(runner, group, limit, check)
+
+
+def _timed(runner: CallRunner, pc: PendingCall, check: Callable[[], None]) -> Ran:
+    check()
+    started = time.perf_counter()
+    outcome = runner.run(pc)
+    return pc, outcome, round((time.perf_counter() - started) * 1e3, 2)
 
 
 def _together(runner: CallRunner, group: list[PendingCall], limit: int,
-              check: Callable[[], None]) -> list[Outcome]:
-    def one(pc: PendingCall) -> Outcome:
-        check()
-        return runner.run(pc)
+              check: Callable[[], None]) -> list[Ran]:
+    def one(pc: PendingCall) -> Ran:
+        return _timed(runner, pc, check)
 
     pool = ThreadPoolExecutor(max_workers=min(limit, len(group)), thread_name_prefix="call")
     try:
         # Each call carries the lap's log context (run, lap) into its thread.
-        futures: list[Future[Outcome]] = [
+        futures: list[Future[Ran]] = [
             pool.submit(contextvars.copy_context().run, one, pc) for pc in group]
         wait(futures)
     finally:

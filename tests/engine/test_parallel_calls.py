@@ -103,6 +103,10 @@ def test_the_calls_of_a_turn_overlap_and_answer_in_the_models_order(
     assert [json.loads(r[1]) for r in results] == [{"n": i, "key": keys[i]} for i in range(5)]
     assert sorted((e.key, e.status, e.attempts) for e in worker.effects(run.id)) == sorted(
         (k, "applied", 1) for k in keys)
+    # Each call's own duration is in the lap's trace (runs show --laps prints it).
+    [commit] = [e for e in worker.events(run.id) if e.kind == "lap_committed" and e.lap == 1]
+    marks = [t for t in (commit.data or {})["trace"] if t["step"] == "tool"]
+    assert len(marks) == 5 and all(m["call_ms"] > 0 for m in marks)
 
 
 def test_a_tool_declared_not_parallel_runs_alone_between_the_others(
