@@ -237,3 +237,37 @@ def test_max_parallel_calls_is_validated() -> None:
     with pytest.raises(AgentDefinitionError, match="max_parallel_calls"):
         Agent(name="bad", model=ScriptedModel(lambda r: turn("x")),
               max_parallel_calls=True)  # type: ignore[arg-type]
+
+
+def test_a_cancel_seen_mid_turn_stops_the_calls_not_yet_started(
+        worker: InProcessWorker) -> None:
+    """Two at a time of four: call 0 cancels the run and heartbeats (which
+    learns of the cancel); call 1 is already running and finishes; calls 2 and
+    3 check the lease before starting and never run. The run ends cancelled."""
+    ran: list[int] = []
+    both = threading.Barrier(2, timeout=10)
+    seen = threading.Event()
+
+    @tool(kind="idempotent")
+    def work(n: int, ctx: ToolContext) -> int:
+        """Call 0 cancels its own run."""
+        ran.append(n)
+        if n < 2:
+            both.wait()
+        if n == 0:
+            worker.cancel(ctx.run_id, reason="stop", by="ops")
+            seen.wait(1.1)  # past the heartbeat's throttle, so it renews now
+            try:
+                ctx.heartbeat()
+            finally:
+                seen.set()
+        else:
+            seen.wait(10)
+        return n
+
+    name = _agent(worker, [work], [("work", {"n": i}) for i in range(4)],
+                  max_parallel_calls=2)
+    run = worker.start_run(name, "go")
+    done = worker.wait(run.id, timeout=60)
+    assert done.status == "cancelled"
+    assert sorted(ran) == [0, 1]
