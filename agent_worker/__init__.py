@@ -32,8 +32,10 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.control import sleep_tool as sleep_tool
     from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
     from agent_worker.errors import AgentWorkerError as AgentWorkerError
+    from agent_worker.errors import RetryableToolError as RetryableToolError
     from agent_worker.errors import TaskFailedError as TaskFailedError
     from agent_worker.errors import ToolError as ToolError
+    from agent_worker.errors import ToolTimeoutError as ToolTimeoutError
     from agent_worker.inprocess import InProcessWorker as InProcessWorker
     from agent_worker.messages import Message as Message
     from agent_worker.messages import ModelRequest as ModelRequest
@@ -59,7 +61,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
-    "agent_worker.errors": ("AgentWorkerError", "TaskFailedError", "ToolError"),
+    "agent_worker.errors": ("AgentWorkerError", "RetryableToolError", "TaskFailedError",
+                            "ToolError", "ToolTimeoutError"),
     "agent_worker.inprocess": ("InProcessWorker",),
     "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),

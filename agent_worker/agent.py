@@ -65,6 +65,9 @@ class Agent:
     migrate: Callable[[Checkpoint, str], Checkpoint] | None = None
     prices: dict[str, Any] | None = None
     redact: Redactor | None = redact_secrets
+    #: How many calls of one model turn may run at once (README, "Parallel tool
+    #: calls"); ``None``: ``AGENT_WORKER_MAX_PARALLEL_CALLS``; ``1``: one by one.
+    max_parallel_calls: int | None = None
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -75,6 +78,11 @@ class Agent:
             raise ValueError("an agent needs a name and a version")
         check_name(self.name, "agent name")
         check_name(self.version, "agent version", max_chars=50)
+        limit = self.max_parallel_calls
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                  or not 1 <= limit <= 256):
+            raise AgentDefinitionError(f"agent {self.name}: max_parallel_calls must be an "
+                                       f"integer from 1 to 256 or None, not {limit!r}")
         irreversible = sorted(t.name for t in self.tools if t.kind == "irreversible")
         if self.on_approval_timeout == "approve" and irreversible:
             # The sweeper would run them as system:timeout, with no human.

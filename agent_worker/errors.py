@@ -174,10 +174,36 @@ class CompensationError(EffectError):
     code = "compensation_failed"
 
 
+class EffectTimeoutError(EffectError):
+    """Raised when an idempotent call timed out on every attempt: its effect stays
+    pending (it may still land) and the lap is retried, whose replay asks the
+    tool's lookup or calls again with the same key."""
+
+    code = "effect_timeout"
+    retriable = True
+
+
 class ToolError(AgentWorkerError):
     """Raised by tool code to report a failure the model should see and handle."""
 
     code = "tool_error"
+
+
+class RetryableToolError(ToolError):
+    """Raised by tool code for a transient failure that did not apply the effect
+    (the provider answered 429 or 503 before acting, a connection was refused):
+    the engine calls the tool again, with the same idempotency key, up to the
+    tool's ``retries``; after the last one the model sees it like a ``ToolError``."""
+
+    code = "tool_retryable"
+    retriable = True
+
+
+class ToolTimeoutError(ToolError):
+    """Raised when a tool call outlives its ``timeout``; a read's timeout reaches
+    the model as a tool error, an effectful one is settled by the ledger's rules."""
+
+    code = "tool_timeout"
 
 
 class TaskFailedError(AgentWorkerError):

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
         description="On SIGTERM (with REMAP_SIGTERM=SIGQUIT) laps get this long to finish "
         "before they are handed back; keep it below the platform's grace period.",
     )
+    max_parallel_calls: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Default of `Agent(max_parallel_calls=...)`: how many tool calls of one "
+        "model turn run at once in a lap (threads; each holds a database connection only while "
+        "it writes its intent or outcome). 1 runs them one by one.",
+    )
     max_input_bytes: int = Field(
         256_000, gt=0, description="Largest accepted run input (JSON bytes)."
     )

@@ -17,6 +17,7 @@ from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from agent_worker.errors import AgentDefinitionError
 from agent_worker.messages import ToolSpec
 from agent_worker.untrusted import check_name
 
@@ -38,6 +39,19 @@ class ToolContext:
     call_index: int
     idempotency_key: str
     tenant: str | None = None
+    #: Set by the engine (``engine.progress``); ``None`` outside a lap.
+    beat: Callable[[Any], None] | None = field(default=None, repr=False, compare=False)
+
+    def heartbeat(self, progress: Any = None) -> None:
+        """Say that this long call is alive: extends the lap's lease now and
+        records ``progress`` (any JSON value, e.g. ``{"done": 40, "of": 100}``)
+        where ``runs show`` displays it while the lap runs.
+
+        Raises ``LeaseLost`` or ``RunCancelled`` (``BaseException``s: do not
+        catch them) when the lap must stop, so a long tool stops with it.
+        """
+        if self.beat is not None:
+            self.beat(progress)
 
 
 LookupFn = Callable[[str], Any]
@@ -60,6 +74,14 @@ class Tool:
     compensate_fn: CompensateFn | None = None
     control: ControlKind | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: ``False``: the call runs alone, never overlapping another call of its turn.
+    parallel: bool = True
+    #: Seconds one attempt may take (``engine.policy``); ``None``: no limit.
+    timeout: float | None = None
+    #: Extra attempts after a ``RetryableToolError`` (or a timeout a retry is
+    #: safe for), waiting ``backoff * 2**n`` seconds before attempt ``n + 1``.
+    retries: int = 0
+    backoff: float = 1.0
 
     @cached_property
     def spec(self) -> ToolSpec:
@@ -126,6 +148,21 @@ def _args_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], boo
     return model, wants_context
 
 
+def _check_policy(name: str, timeout: float | None, retries: int, backoff: float) -> None:
+    """Refuse a policy that cannot mean anything (bool is an int: refused too)."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+                                or not timeout > 0):
+        raise AgentDefinitionError(f"tool {name}: timeout must be a positive number of "
+                                   f"seconds or None, not {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
+        raise AgentDefinitionError(f"tool {name}: retries must be an integer from 0 to 100, "
+                                   f"not {retries!r}")
+    if (isinstance(backoff, bool) or not isinstance(backoff, int | float)
+            or not 0 <= backoff <= 3600):
+        raise AgentDefinitionError(f"tool {name}: backoff must be from 0 to 3600 seconds, "
+                                   f"not {backoff!r}")
+
+
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 
@@ -140,6 +177,10 @@ def tool(
     description: str | None = None,
     approval: bool = False,
     lookup: LookupFn | None = None,
+    parallel: bool = True,
+    timeout: float | None = None,
+    retries: int = 0,
+    backoff: float = 1.0,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -152,16 +193,26 @@ def tool(
     description: str | None = None,
     approval: bool = False,
     lookup: LookupFn | None = None,
+    parallel: bool = True,
+    timeout: float | None = None,
+    retries: int = 0,
+    backoff: float = 1.0,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(kind=...)``).
 
     A parameter named ``ctx`` (or annotated ``ToolContext``) receives the call's
     context, including its idempotency key; every other parameter is described
-    to the model and validated.
+    to the model and validated. ``parallel=False`` makes every call of the tool
+    run alone; ``timeout``, ``retries`` and ``backoff`` are its call policy
+    (``engine.policy``; README, "Tool policies").
+
+    Raises:
+        AgentDefinitionError: a policy value out of range.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
         tool_name = check_name(name or f.__name__, "tool name")
+        _check_policy(tool_name, timeout, retries, backoff)
         args_model, wants_context = _args_model(f, tool_name)
         return Tool(
             name=tool_name,
@@ -173,6 +224,10 @@ def tool(
             wants_context=wants_context,
             needs_approval=approval,
             lookup_fn=lookup,
+            parallel=parallel,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
         )
 
     return wrap(fn) if fn is not None else wrap

@@ -102,6 +102,10 @@ def run_panel(d: dict[str, Any], at: datetime) -> RenderableType:
     for a in d["pending_approvals"]:
         row("approval", f"{a['id']}: {a['tool']} {json.dumps(a['arguments'])} "
                         f"(owner {a['owner'] or '-'}, {span(a['age_seconds'])} old)")
+    for p in d.get("progress") or []:
+        row("progress", Text(f"call {p['call']} {p['tool']}: "
+                             f"{json.dumps(p['progress'], ensure_ascii=False)[:300]} "
+                             f"({ago(_t(p['at']), at)} ago)"))
     if d["cancel"]:
         row("cancel", f"requested by {d['cancel']['by']}: {d['cancel']['reason']}")
     if d["error_code"]:

@@ -31,6 +31,7 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
+from agent_worker.engine import progress
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
 from store import stats
 
@@ -146,6 +147,9 @@ def show(
     at = now()
     detail = views.run_detail(run, state, aw.list_approvals(run_id=run.id), at,
                               _stale_after())
+    # What long tools of the lap in flight last reported (ctx.heartbeat).
+    detail["progress"] = (progress.latest(aw.events(run.id), run.next_lap)
+                          if run.status == "running" else [])
     lap_rows: list[dict[str, Any]] = []
     if laps:
         lap_rows = lap_records(run.id, last=last)

@@ -171,7 +171,9 @@ class LapBook:
             mark = tool_marks[i] if i < len(tool_marks) else None
             ms = None
             if mark is not None:
-                ms = round(float(mark["ms"]) - previous, 2)
+                # A call's own time when the lap recorded it (calls of one
+                # turn may overlap); else the time since the previous mark.
+                ms = mark.get("call_ms", round(float(mark["ms"]) - previous, 2))
                 previous = float(mark["ms"])
             origin = self.answers.get(stored.seq)
             effect = (self.effects.get(f"{self.run_id}:{origin[0]}:{origin[1]}")

@@ -102,6 +102,9 @@ class VendorState:
         self.mode = mode
         self.lock = threading.Lock()
         self.faults: list[Json] = []
+        # When each request arrived and was answered (``GET /_calls``): lets a test
+        # prove that calls overlapped from the vendor's side, not the caller's.
+        self.calls: list[Json] = []
         self.db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -191,9 +194,14 @@ class VendorState:
             "notices": kinds["notice"],
         }
 
+    def log_call(self, path: str, key: str | None, started: float, ended: float) -> None:
+        with self.lock:
+            self.calls.append({"path": path, "key": key, "started": started, "ended": ended})
+
     def reset(self) -> None:
         with self.lock:
             self.faults.clear()
+            self.calls.clear()
             self.db.execute("DELETE FROM effects")
 
 
@@ -221,6 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         state = cast(_Server, self.server).state
         path = urlsplit(self.path).path
         control = path.startswith("/_") or path in ("/healthz", "/stats")
+        started = time.monotonic()
         fault = None if control else state.take_fault(path)
         action = fault["action"] if fault else None
         if action == "fail":
@@ -229,6 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
         if fault and action == "hang":
             time.sleep(fault["seconds"])
         status, body = self._dispatch(state, path, raw)
+        if not control:
+            state.log_call(path, self.headers.get("Idempotency-Key"), started, time.monotonic())
         if action == "drop_after_apply":
             # RST instead of FIN: the caller sees a reset connection and no response at all.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -243,6 +254,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, _dump({"ok": True, "mode": state.mode, "pid": os.getpid()})
             if path == "/stats":
                 return 200, _dump(state.stats())
+            if path == "/_calls":
+                with state.lock:
+                    return 200, json.dumps(state.calls)
             if path.startswith(_BY_KEY):
                 if state.mode == "plain":
                     return _error(501, "unsupported", "this vendor offers no lookup")
@@ -308,6 +322,14 @@ class VendorClient:
 
     def stats(self) -> Json:
         return self._json(self._request("GET", "/stats"))
+
+    def calls(self) -> list[Json]:
+        """Every effect request the vendor answered: path, key, and when it
+        arrived and was answered (the vendor's monotonic clock, in seconds)."""
+        resp = self._request("GET", "/_calls")
+        if resp.status_code != 200:
+            raise VendorUnavailable(f"vendor answered {resp.status_code}: {resp.text}")
+        return cast(list[Json], resp.json())
 
     def inject(
         self, action: str, count: int = 1, path: str | None = None, seconds: float | None = None

@@ -18,8 +18,16 @@ from pydantic import BaseModel, ValidationError
 from agent_worker.agent import Agent
 from agent_worker.checkpoint import PendingCall
 from agent_worker.constants import effect_key
-from agent_worker.engine import admit
-from agent_worker.errors import IdempotencyConflictError, InvalidInputError, ToolError
+from agent_worker.engine import admit, policy
+from agent_worker.engine.heartbeat import Heartbeat
+from agent_worker.engine.progress import CallBeat
+from agent_worker.errors import (
+    EffectTimeoutError,
+    IdempotencyConflictError,
+    InvalidInputError,
+    ToolError,
+    ToolTimeoutError,
+)
 from agent_worker.faults import fault
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
@@ -64,9 +72,13 @@ def _result(pc: PendingCall, content: Any, *, error: bool = False) -> Done:
 class CallRunner:
     """Runs the calls of one lap attempt for one claimed run."""
 
-    def __init__(self, rt: Runtime, agent: Agent, claim: Claim) -> None:
+    def __init__(self, rt: Runtime, agent: Agent, claim: Claim,
+                 hb: Heartbeat | None = None) -> None:
         self.rt, self.agent, self.claim = rt, agent, claim
         self.run_id = claim.run.id
+        # The lap's lease: tools heartbeat through it (ctx.heartbeat), retries
+        # check it before each new attempt.
+        self.hb = hb
         # Signals taken by earlier calls of this lap: they are marked delivered
         # only when the lap commits, so a second wait in the same lap must skip them.
         self._taken: set[int] = set()
@@ -101,9 +113,11 @@ class CallRunner:
             if not isinstance(verdict, ApprovalRecord):
                 return verdict
             approval = verdict
+        beat = (None if self.hb is None else
+                CallBeat(self.rt, self.agent, self.hb, call_index=pc.index, tool=tool.name))
         ctx = ToolContext(run_id=self.run_id, lap=pc.lap, call_index=pc.index,
                           idempotency_key=effect_key(self.run_id, pc.lap, pc.index),
-                          tenant=self.claim.run.tenant)
+                          tenant=self.claim.run.tenant, beat=beat)
         if not tool.journaled:
             done: Done | Pause = self._invoke_read(pc, tool, args, ctx)
         else:
@@ -193,7 +207,7 @@ class CallRunner:
     def _invoke_read(self, pc: PendingCall, tool: Tool, args: BaseModel,
                      ctx: ToolContext) -> Done:
         try:
-            return self._sized(pc, self._admit(tool.invoke(args, ctx)))
+            return self._sized(pc, self._admit(self._invoke(tool, args, ctx)))
         except ToolError as e:
             return _result(pc, self._error_text(e), error=True)
 
@@ -257,9 +271,17 @@ class CallRunner:
                                "idempotent, so whether it landed is unknown")
         return Pause("waiting", WaitingFor.effect(row.key), None, pc)
 
-    def _call(self, pc: PendingCall, tool: Tool, args: BaseModel, ctx: ToolContext) -> Done:
+    def _invoke(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:
+        """The tool's function under its policy (timeout, retries: ``engine.policy``)."""
+        check = self.hb.check if self.hb is not None else _nothing
+        return policy.invoke(tool, args, ctx, check=check)
+
+    def _call(self, pc: PendingCall, tool: Tool, args: BaseModel,
+              ctx: ToolContext) -> Done | Pause:
         try:
-            value = tool.invoke(args, ctx)
+            value = self._invoke(tool, args, ctx)
+        except ToolTimeoutError as e:
+            return self._timed_out(pc, tool, ctx, e)
         except ToolError as e:
             error = self._error_text(e)
             self._finish(ctx.idempotency_key, "failed", None, error=error)
@@ -269,6 +291,29 @@ class CallRunner:
         self._finish(ctx.idempotency_key, "applied", kept)
         fault("after_outcome", scope=tool.name)
         return self._sized(pc, kept)
+
+    def _timed_out(self, pc: PendingCall, tool: Tool, ctx: ToolContext,
+                   e: ToolTimeoutError) -> Done | Pause:
+        """An effectful call outlived its timeout (and its retries): its thread
+        runs on and may still land, so it is neither failed nor re-called blindly.
+        The ledger's rules for a call in flight decide: a lookup that finds it
+        adopts it; an idempotent tool stays pending and the lap is retried (its
+        replay asks the lookup or calls again with the same key); anything else
+        is marked unknown and the run waits for ``effects resolve``."""
+        key = ctx.idempotency_key
+        if tool.lookup_fn is not None:
+            found = tool.lookup_fn(key)
+            if found is not None:
+                kept = self._admit(found)
+                self._finish(key, "applied", kept)
+                return self._sized(pc, kept)
+        if tool.kind == "idempotent":
+            raise EffectTimeoutError(f"effect {key}: {e}; it stays pending and the lap is "
+                                     "retried with the same key") from e
+        self._finish(key, "unknown", None,
+                     error=f"{self._error_text(e)}; the call may still land, so whether it "
+                           "did is unknown")
+        return Pause("waiting", WaitingFor.effect(key), None, pc)
 
     def _finish(self, key: str, status: EffectStatus, result: Any,
                 error: str | None = None) -> None:
@@ -291,6 +336,10 @@ def _with_decision(done: Done, approval: ApprovalRecord) -> Done:
     text = (f"Approved call to {approval.tool_name}: {_decision(approval)}. "
             f"Result: {done.message.content}")
     return Done(done.message.model_copy(update={"content": text}), done.signal_id)
+
+
+def _nothing() -> None:
+    """No lease to check (a runner used outside a lap)."""
 
 
 def _jsonable(value: Any) -> Any:

@@ -27,7 +27,7 @@ from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
-from agent_worker.engine import admit
+from agent_worker.engine import admit, parallel
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
@@ -316,21 +316,23 @@ class _Lap:
             cost = agent.price_table.cost((assistant.meta or {}).get("model", ""), usage)
             calls = [PendingCall(call=c, lap=claim.lap, index=i)
                      for i, c in enumerate(assistant.tool_calls)]
-        runner = CallRunner(self.rt, agent, claim)
+        runner = CallRunner(self.rt, agent, claim, self.hb)
         results: list[Message] = []
         signals: list[int] = []
         pause: Pause | None = None
         remaining: list[PendingCall] = []
-        for i, pc in enumerate(calls):
-            self.hb.check()
-            outcome = runner.run(pc)
+        # In the model's order, concurrently where allowed (engine.parallel).
+        limit = agent.max_parallel_calls or self.rt.settings.max_parallel_calls
+        for i, (pc, outcome, took) in enumerate(parallel.outcomes(runner, calls, limit=limit,
+                                                                   check=self.hb.check)):
             if isinstance(outcome, Pause):
                 pause, remaining = outcome, [outcome.call, *calls[i + 1:]]
                 break
             results.append(outcome.message)
             if outcome.signal_id is not None:
                 signals.append(outcome.signal_id)
-            self._mark("tool", name=pc.call.name, error=outcome.message.is_error)
+            self._mark("tool", name=pc.call.name, error=outcome.message.is_error,
+                       call_ms=took)
         if pause is not None and pause.waiting_for and pause.waiting_for.kind == "effect":
             return self._hold_for_effect(pause)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
