@@ -49,10 +49,8 @@ class ScheduleVerbs:
             InvalidInputError: the input is not admissible for the agent.
             ScheduleExistsError: the name is taken.
         """
+        # An identifier (no '@'): the run ids ``name@<fire time>`` stay unambiguous.
         name = check_name(name, "schedule name", max_chars=MAX_SCHEDULE_NAME_CHARS)
-        if "@" in name:
-            raise InvalidScheduleError(f"schedule name {name!r} must not contain '@' "
-                                       "(it separates the name from the fire time in run ids)")
         spec = self.rt.registry.get(agent, version)
         if tenant is not None:
             check_name(tenant, "tenant", max_chars=200)
