@@ -44,6 +44,18 @@ class ScheduleRecord:
 
 
 @dataclass(frozen=True)
+class Fire:
+    """One fire time to start: its run, and whether it was missed (older than
+    the grace when the pass saw it: started only by a catch-up policy). The
+    run's ``schedule_fired`` event records both, so ``runs show`` says why a
+    run started."""
+
+    at: datetime
+    run: NewRun
+    missed: bool = False
+
+
+@dataclass(frozen=True)
 class Firing:
     """What one firing transaction did: runs started (their first laps to
     send), fire times skipped because the previous run was still going, and
@@ -83,11 +95,11 @@ class ScheduleStore(Protocol):
         ...
 
     def fire_schedule(self, name: str, *, claimed: datetime | None, next_fire_at: datetime | None,
-                      fires: Sequence[tuple[datetime, NewRun]], by: str,
+                      fires: Sequence[Fire], by: str,
                       now: datetime) -> Firing:
         """In one transaction: lock the schedule (skipping it if another pass
         holds it), check that its next fire time is still ``claimed`` (``None``:
         a manual trigger, which neither checks nor advances it), start the run of each
-        ``(fire time, run)`` in order under the overlap policy, and advance the schedule to
+        of ``fires`` in order under the overlap policy, and advance the schedule to
         ``next_fire_at``. Returns an empty ``Firing`` when the claim was lost."""
         ...

@@ -13,13 +13,13 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import InvalidStateError, ScheduleExistsError, UnknownScheduleError
 from agent_worker.vocabulary import TERMINAL
-from store.base import DueLap, NewRun
+from store.base import DueLap
 from store.dbtime import db_time
 from store.models import ScheduleRow
 from store.pauses import request_cancel
-from store.rows import runs
+from store.rows import record_event_tx, runs
 from store.runinsert import create_run_tx
-from store.schedtypes import Firing, ScheduleRecord
+from store.schedtypes import Fire, Firing, ScheduleRecord
 from store.sqlbase import SqlBase
 
 schedules = cast(Table, ScheduleRow.__table__)
@@ -91,7 +91,7 @@ class SqlScheduleStore(SqlBase):
         return [_to_schedule(r) for r in self._read(lambda c: c.execute(q).all())]
 
     def fire_schedule(self, name: str, *, claimed: datetime | None, next_fire_at: datetime | None,
-                      fires: Sequence[tuple[datetime, NewRun]], by: str, now: datetime) -> Firing:
+                      fires: Sequence[Fire], by: str, now: datetime) -> Firing:
         def attempt() -> Firing:
             return self._tx(lambda c: _fire(c, name, claimed=claimed, next_fire_at=next_fire_at,
                                             fires=fires, by=by, now=now))
@@ -108,7 +108,7 @@ class SqlScheduleStore(SqlBase):
 
 
 def _fire(conn: Connection, name: str, *, claimed: datetime | None,
-          next_fire_at: datetime | None, fires: Sequence[tuple[datetime, NewRun]], by: str,
+          next_fire_at: datetime | None, fires: Sequence[Fire], by: str,
           now: datetime) -> Firing:
     q = select(schedules).where(schedules.c.name == name)
     if claimed is not None:
@@ -127,7 +127,8 @@ def _fire(conn: Connection, name: str, *, claimed: datetime | None,
     sched = _to_schedule(row)
     firing = Firing()
     previous = sched.last_run_id
-    for _, new in fires:
+    for fire in fires:
+        new = fire.run
         prev = None if previous in (None, new.id) else conn.execute(
             select(runs.c.status).where(runs.c.id == previous)).scalar()
         if prev is not None and prev not in TERMINAL:
@@ -144,12 +145,15 @@ def _fire(conn: Connection, name: str, *, claimed: datetime | None,
                     firing.due.append(due)
         run, created = create_run_tx(conn, new)
         if created:
+            record_event_tx(conn, run.id, None, "schedule_fired",
+                            {"schedule": name, "fire_at": fire.at.isoformat(),
+                             "missed": fire.missed}, now)
             firing.started.append(run.id)
             firing.due.append(DueLap(run.id, run.next_lap, run.agent_name, run.agent_version))
         previous = run.id
     values: dict[str, Any] = {"last_run_id": previous, "updated_at": now}
     if fires:
-        values["last_fire_at"] = max(at for at, _ in fires)
+        values["last_fire_at"] = max(f.at for f in fires)
     stmt = update(schedules).where(schedules.c.name == name)
     if claimed is not None and next_fire_at is not None:
         stmt = stmt.where(schedules.c.next_fire_at == claimed)

@@ -30,7 +30,7 @@ from agent_worker.engine.crontimes import latest, next_after
 from agent_worker.engine.newrun import new_run
 from agent_worker.errors import AgentWorkerError
 from agent_worker.runtime import Runtime
-from store.schedtypes import Firing, ScheduleRecord
+from store.schedtypes import Fire, Firing, ScheduleRecord
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,10 @@ def actor(name: str) -> str:
 
 
 def plan(s: ScheduleRecord, now: datetime, grace_seconds: float
-         ) -> tuple[list[datetime], datetime]:
+         ) -> tuple[list[datetime], int, datetime]:
     """The fire times a pass at ``now`` starts for ``s`` (oldest first) under
-    its catch-up policy, and the schedule's next fire time after them."""
+    its catch-up policy, how many of them (the first ones) were missed, and
+    the schedule's next fire time after them."""
     depth = s.catchup_limit + 1 if s.catchup == "all" else 2
     due = latest(s.cron, s.timezone, since=s.next_fire_at, until=now, limit=depth)
     on_time = bool(due) and now - due[-1] <= timedelta(seconds=grace_seconds)
@@ -62,16 +63,18 @@ def plan(s: ScheduleRecord, now: datetime, grace_seconds: float
         missed = missed[-s.catchup_limit:]
     else:
         missed = []
-    return missed + current, next_after(s.cron, s.timezone, now)
+    return missed + current, len(missed), next_after(s.cron, s.timezone, now)
 
 
 def fire(rt: Runtime, s: ScheduleRecord, times: list[datetime], *,
-         claimed: datetime | None, next_fire_at: datetime | None, now: datetime) -> Firing:
+         claimed: datetime | None, next_fire_at: datetime | None, now: datetime,
+         missed: int = 0) -> Firing:
     """Start ``s``'s runs for ``times`` in one firing transaction, then send
     their first laps (a send lost after the commit is the sweeper's to redo)."""
     spec = rt.registry.get(s.agent_name, s.agent_version)
-    fires = [(t, new_run(spec, s.input, run_id=run_id_for(s.name, t), tenant=s.tenant,
-                         budget=None, now=now)) for t in times]
+    fires = [Fire(t, new_run(spec, s.input, run_id=run_id_for(s.name, t), tenant=s.tenant,
+                             budget=None, now=now), missed=i < missed)
+             for i, t in enumerate(times)]
     firing = rt.store.fire_schedule(s.name, claimed=claimed, next_fire_at=next_fire_at,
                                     fires=fires, by=actor(s.name), now=now)
     rt.send_all(firing.due)
@@ -88,9 +91,10 @@ def fire_due(rt: Runtime) -> int:
     grace = rt.settings.schedule_grace_seconds
     started = 0
     for s in rt.store.due_schedules(now=now, limit=PASS_LIMIT):
-        times, after = plan(s, now, grace)
+        times, missed, after = plan(s, now, grace)
         try:
-            firing = fire(rt, s, times, claimed=s.next_fire_at, next_fire_at=after, now=now)
+            firing = fire(rt, s, times, claimed=s.next_fire_at, next_fire_at=after, now=now,
+                          missed=missed)
         except AgentWorkerError as e:
             log.error("schedule %s cannot fire: %s", s.name, e)
             rt.store.fire_schedule(s.name, claimed=s.next_fire_at, next_fire_at=after,

@@ -28,7 +28,7 @@ from agent_worker.errors import (
 )
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
-from store.schedtypes import Firing
+from store.schedtypes import Fire, Firing
 from store.schedules import schedules
 from store.sql import SqlStore
 
@@ -129,6 +129,12 @@ def test_a_beat_down_for_three_intervals_fires_what_the_catchup_policy_promises(
     clock.advance(4 * 60)
     assert fire_due(w.rt) == len(fired)
     assert _runs(w, name) == [run_id_for(name, _minute(t0, k)) for k in fired]
+    # Each run says why it started: minute 4 on time, the others caught up.
+    for k in fired:
+        [event] = [e for e in w.events(run_id_for(name, _minute(t0, k)))
+                   if e.kind == "schedule_fired"]
+        assert event.data == {"schedule": name, "fire_at": _minute(t0, k).isoformat(),
+                              "missed": k != 4}
     assert w.get_schedule(name).next_fire_at == _minute(t0, 5)
     assert fire_due(w.rt) == 0
 
@@ -229,7 +235,7 @@ def test_a_lost_or_held_claim_writes_nothing(env: tuple[InProcessWorker, Clock])
                     now=clock.now())
     store = w.rt.store
     assert store.fire_schedule(name, claimed=stale, next_fire_at=stale + timedelta(hours=1),
-                               fires=[(stale, other)], by="t", now=clock.now()) == Firing()
+                               fires=[Fire(stale, other)], by="t", now=clock.now()) == Firing()
     assert store.get_run(other.id) is None
     assert w.get_schedule(name).next_fire_at == stale + timedelta(minutes=1)
     if not isinstance(store, SqlStore) or store.engine.dialect.name != "postgresql":
