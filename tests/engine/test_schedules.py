@@ -311,3 +311,65 @@ def test_bad_schedules_are_refused_with_clear_errors(env: tuple[InProcessWorker,
     w.schedule(name, "typed", input={"orders": 2}, timezone="Europe/Berlin")
     assert isinstance(_refused(w, lambda: w.schedule(name, "nightly")), ScheduleExistsError)
     assert isinstance(_refused(w, lambda: w.get_schedule("n\x00")), UnknownScheduleError)
+
+
+@pytest.mark.parametrize("verb", ["pause", "delete", "resume"])
+def test_a_verb_landing_between_a_pass_read_and_its_claim_wins(
+        env: tuple[InProcessWorker, Clock], monkeypatch: pytest.MonkeyPatch, verb: str) -> None:
+    """Pause, delete or resume commits after the pass read the schedule as
+    due: the pass starts nothing (the claim checks paused and the fire time)."""
+    w, clock = env
+    name = _name()
+    w.schedule(name, "nightly", "* * * * *", overlap="allow")
+    clock.advance(60)
+    store = w.rt.store
+    real = store.fire_schedule
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        if verb == "resume":  # a pause and resume between: the next fire time moved on
+            w.pause_schedule(name)
+            w.resume_schedule(name)
+        else:
+            getattr(w, f"{verb}_schedule")(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "fire_schedule", late)
+    assert fire_due(w.rt) == 0
+    assert _runs(w, name) == []
+
+
+def test_a_schedule_whose_agent_is_gone_moves_on_without_stalling_the_pass(
+        env: tuple[InProcessWorker, Clock]) -> None:
+    w, clock = env
+    gone, kept = _name(), _name()
+    w.rt.registry.register(Agent(name="retired", model=ScriptedModel(lambda r: turn("x"))))
+    w.schedule(gone, "retired", "* * * * *")
+    w.schedule(kept, "nightly", "* * * * *", tenant="acme")
+    w.rt.registry = Registry()
+    w.rt.registry.register(Agent(name="nightly", model=ScriptedModel(lambda r: turn("done"))))
+    t0 = clock.now()
+    clock.advance(60)
+    assert fire_due(w.rt) == 1
+    assert w.get_schedule(gone).next_fire_at == _minute(t0, 2)  # moved on, nothing started
+    [run] = _runs(w, kept)
+    assert w.get_run(run).tenant == "acme"
+    assert fire_due(w.rt) == 0
+
+
+def test_hostile_input_is_stored_by_the_untrusted_rule_or_refused(
+        env: tuple[InProcessWorker, Clock]) -> None:
+    """What a run refuses a schedule refuses; what a run stores cleaned, the
+    schedule stores and fires cleaned, the same on both dialects."""
+    w, clock = env
+    with pytest.raises(InvalidInputError):
+        w.schedule(_name(), "nightly", input={"n": float("nan")})
+    with pytest.raises(InvalidInputError):
+        w.schedule(_name(), "nightly", input={"x": object()})
+    name = _name()
+    s = w.schedule(name, "nightly", "* * * * *", input={"k\x00": "v\ud800", "rtl": "\u202e"})
+    assert s.input == {"k\ufffd": "v\ufffd", "rtl": "\u202e"}
+    assert w.get_schedule(name).input == s.input
+    clock.advance(60)
+    fire_due(w.rt)
+    [run] = _runs(w, name)
+    assert w.get_run(run).input == s.input
