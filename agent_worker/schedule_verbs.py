@@ -55,7 +55,8 @@ class ScheduleVerbs:
         if tenant is not None:
             check_name(tenant, "tenant", max_chars=200)
         zone(timezone)
-        cron = check_cron(cron, timezone)
+        now = self.rt.clock.now()
+        cron = check_cron(cron, timezone, now)
         if catchup not in CATCH_UPS:
             raise InvalidScheduleError(f"catchup must be one of {', '.join(CATCH_UPS)}")
         if overlap not in OVERLAPS:
@@ -65,7 +66,6 @@ class ScheduleVerbs:
             raise InvalidScheduleError(
                 f"catchup_limit must be an integer from 1 to {MAX_CATCHUP_LIMIT}")
         input = admit_input(spec, input, self.rt.settings)
-        now = self.rt.clock.now()
         return self.rt.store.create_schedule(ScheduleRecord(
             name=name, tenant=tenant, agent_name=spec.name, agent_version=version, cron=cron,
             timezone=timezone, input=input, catchup=catchup, catchup_limit=catchup_limit,

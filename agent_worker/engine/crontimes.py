@@ -28,7 +28,7 @@ from agent_worker.errors import InvalidScheduleError
 
 #: Longest cron expression or time-zone name accepted.
 MAX_CRON_CHARS = 200
-#: A schedule that would never fire again within this many tries is refused.
+#: Walking back from just past ``until`` makes a fire time at ``until`` itself due.
 _SEARCH = timedelta(microseconds=1)
 
 
@@ -46,7 +46,7 @@ def zone(name: str) -> ZoneInfo:
         raise InvalidScheduleError(f"unknown time zone {name!r}") from e
 
 
-def check_cron(expr: str, tz: str) -> str:
+def check_cron(expr: str, tz: str, now: datetime | None = None) -> str:
     """``expr`` normalised (single spaces) if it is a cron expression that fires.
 
     Raises:
@@ -62,7 +62,7 @@ def check_cron(expr: str, tz: str) -> str:
             "weekday), or six with seconds last")
     normal = " ".join(fields)
     try:
-        next_after(normal, tz, datetime.now(UTC))
+        next_after(normal, tz, now or datetime.now(UTC))
     except InvalidScheduleError as e:
         raise InvalidScheduleError(f"cron expression {expr!r} never fires") from e
     return normal
