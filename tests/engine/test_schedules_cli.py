@@ -28,8 +28,9 @@ def w(dialect_url: str) -> Iterator[InProcessWorker]:
     api.configure(worker)
     yield worker
     api.configure(None)
-    for s in worker.list_schedules():
-        worker.delete_schedule(s.name)
+    for name in ("cli-nightly", "x"):
+        if name in [s.name for s in worker.list_schedules()]:
+            worker.delete_schedule(name)
     worker.close()
 
 
@@ -50,7 +51,7 @@ def test_schedules_commands(w: InProcessWorker) -> None:
                "--overlap", "cancel")
     assert made["timezone"] == "Europe/Berlin" and made["catchup"] == "once"
     assert made["input"] == {"batch": 1} and not made["paused"]
-    assert [s["name"] for s in cli("schedules", "list")] == ["cli-nightly"]
+    assert "cli-nightly" in [s["name"] for s in cli("schedules", "list")]
     assert cli("schedules", "pause", "cli-nightly")["paused"] is True
     assert cli("schedules", "show", "cli-nightly")["paused"] is True
     assert cli("schedules", "resume", "cli-nightly")["paused"] is False
@@ -69,6 +70,6 @@ def test_bad_schedules_exit_2_and_write_nothing(w: InProcessWorker) -> None:
                         ([], "unknown_agent")]:
         agent = "nobody" if not args else "nightly"
         assert cli("schedules", "create", "bad", agent, *args, code=2)["code"] == error
-    assert w.list_schedules() == []
+    assert "bad" not in [s.name for s in w.list_schedules()]
     cli("schedules", "create", "x", "nightly")
     assert cli("schedules", "create", "x", "nightly", code=2)["code"] == "schedule_exists"
