@@ -100,6 +100,9 @@ def fire_due(rt: Runtime) -> int:
             rt.store.fire_schedule(s.name, claimed=s.next_fire_at, next_fire_at=after,
                                    fires=[], by=actor(s.name), now=now)
             continue
+        if firing.skipped:
+            log.info("schedule %s: previous run still going, skipped %s", s.name,
+                     ", ".join(firing.skipped))
         started += len(firing.started)
     return started
 
