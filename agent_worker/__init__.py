@@ -19,13 +19,19 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import cancel as cancel
     from agent_worker.api import client as client
     from agent_worker.api import configure as configure
+    from agent_worker.api import delete_schedule as delete_schedule
     from agent_worker.api import fork as fork
     from agent_worker.api import get_run as get_run
     from agent_worker.api import list_runs as list_runs
+    from agent_worker.api import list_schedules as list_schedules
+    from agent_worker.api import pause_schedule as pause_schedule
     from agent_worker.api import reject as reject
+    from agent_worker.api import resume_schedule as resume_schedule
     from agent_worker.api import retry as retry
+    from agent_worker.api import schedule as schedule
     from agent_worker.api import send_signal as send_signal
     from agent_worker.api import start_run as start_run
+    from agent_worker.api import trigger_schedule as trigger_schedule
     from agent_worker.api import wait as wait
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
@@ -57,7 +63,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
     "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
                          "get_run", "list_runs", "reject", "retry", "send_signal",
-                         "start_run", "wait"),
+                         "start_run", "wait",
+                         # durable schedules (issue 19)
+                         "delete_schedule", "list_schedules", "pause_schedule",
+                         "resume_schedule", "schedule", "trigger_schedule"),
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),

@@ -19,10 +19,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_worker.agent import Agent, registry
-from agent_worker.budget import Budget, BudgetLedger
+from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.engine.newrun import admit_input, new_run
 from agent_worker.engine.sweep import sweep
 from agent_worker.errors import (
     InvalidInputError,
@@ -31,8 +32,8 @@ from agent_worker.errors import (
     ReplayRefusedError,
     UnknownRunError,
 )
-from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
+from agent_worker.schedule_verbs import ScheduleVerbs
 from agent_worker.settings import get_settings
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
@@ -46,6 +47,7 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
+from store.schedtypes import ScheduleRecord
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
 
@@ -74,8 +76,9 @@ def _json_size(value: Any, what: str) -> int:
         raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
 
 
-class AgentWorker:
-    """A handle on one store and one dispatcher; module functions use a default one."""
+class AgentWorker(ScheduleVerbs):
+    """A handle on one store and one dispatcher; module functions use a default one.
+    Schedule verbs come from ``ScheduleVerbs``."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
@@ -98,28 +101,10 @@ class AgentWorker:
         run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
         if tenant is not None:
             _check_id(tenant, "tenant")
-        input = self._admit(input, "input")
-        size = _json_size(input, "input")
-        if size > self.rt.settings.max_input_bytes:
-            raise PayloadTooLargeError(
-                f"input is {size} bytes; the limit is {self.rt.settings.max_input_bytes}")
-        if spec.input_model is not None:
-            try:
-                input = spec.input_model.model_validate(input or {}).model_dump(mode="json")
-            except ValidationError as e:
-                raise InvalidInputError(f"invalid input for {name}: {e}") from e
+        input = admit_input(spec, input, self.rt.settings)
         # A caller narrows the agent's limits, never lifts them (issue 16).
-        limits = spec.budget.tightened_by(budget)
-        now = self.rt.clock.now()
-        first = Message(role="user", content=input if isinstance(input, str)
-                        else json.dumps(input, sort_keys=True))
-        checkpoint = Checkpoint(lap=0, agent_name=spec.name, agent_version=spec.version,
-                                budget=BudgetLedger.start(limits, now), message_count=1)
-        run, created = self.rt.store.create_run(NewRun(
-            id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
-            input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
-            checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-            messages=[first], now=now))
+        run, created = self.rt.store.create_run(new_run(
+            spec, input, run_id=run_id, tenant=tenant, budget=budget, now=self.rt.clock.now()))
         if not created:
             if run.agent_name != spec.name:
                 raise InvalidInputError(
@@ -472,5 +457,33 @@ def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str |
     return client().fork(run_id, lap, new_run_id=new_run_id, version=version, facts=facts)
 
 
-__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "fork",
-           "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]
+def schedule(name: str, agent: str, cron: str = "0 2 * * *", input: Any = None,
+             **options: Any) -> ScheduleRecord:
+    """Create a schedule on the default handle; see ``AgentWorker.schedule``."""
+    return client().schedule(name, agent, cron, input, **options)
+
+
+def list_schedules(**filters: Any) -> list[ScheduleRecord]:
+    return client().list_schedules(**filters)
+
+
+def pause_schedule(name: str) -> ScheduleRecord:
+    return client().pause_schedule(name)
+
+
+def resume_schedule(name: str) -> ScheduleRecord:
+    return client().resume_schedule(name)
+
+
+def delete_schedule(name: str) -> None:
+    client().delete_schedule(name)
+
+
+def trigger_schedule(name: str) -> RunRecord | None:
+    return client().trigger_schedule(name)
+
+
+__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "delete_schedule",
+           "fork", "get_run", "list_runs", "list_schedules", "pause_schedule", "reject",
+           "resume_schedule", "retry", "schedule", "send_signal", "start_run",
+           "trigger_schedule", "wait"]

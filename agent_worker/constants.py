@@ -12,6 +12,7 @@ from typing import Final
 LAP_TASK_NAME: Final = "agent_worker.run_lap"
 SWEEP_TASK_NAME: Final = "agent_worker.sweep"
 PRUNE_TASK_NAME: Final = "agent_worker.prune"
+SCHEDULE_TASK_NAME: Final = "agent_worker.fire_schedules"
 
 #: Queues: sweeps never wait behind long laps.
 LAPS_QUEUE: Final = "laps"

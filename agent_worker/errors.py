@@ -56,6 +56,24 @@ class NestingTooDeepError(InvalidInputError):
     code = "nesting_too_deep"
 
 
+class InvalidScheduleError(InvalidInputError):
+    """Raised when a schedule's cron expression, time zone or policy is invalid."""
+
+    code = "invalid_schedule"
+
+
+class ScheduleExistsError(InvalidInputError):
+    """Raised when a schedule of that name exists already (names are unique)."""
+
+    code = "schedule_exists"
+
+
+class UnknownScheduleError(NotFoundError):
+    """Raised when no schedule has that name."""
+
+    code = "unknown_schedule"
+
+
 class InvalidStateError(AgentWorkerError):
     """Raised when an operation does not fit the run's current status."""
 

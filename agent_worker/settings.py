@@ -151,6 +151,15 @@ class Settings(BaseSettings):
     prune_batch_size: int = Field(
         500, gt=0, description="Rows deleted per prune transaction, so pruning never blocks laps."
     )
+    schedule_interval_seconds: float = Field(
+        1.0, gt=0, description="How often celery beat runs the schedules' firing pass; keep it "
+        "below the shortest interval of any schedule."
+    )
+    schedule_grace_seconds: float = Field(
+        60.0, gt=0, description="A schedule's latest fire time counts as on time (not missed, "
+        "whatever its catch-up policy) until this long after it; older ones were missed while "
+        "beat was down."
+    )
 
 
 @lru_cache(maxsize=1)

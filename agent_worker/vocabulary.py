@@ -36,6 +36,17 @@ EFFECT_STATUSES: Final[tuple[EffectStatus, ...]] = get_args(EffectStatus)
 WaitKind = Literal["approval", "signal", "effect", "attention", "budget"]
 _KINDS: Final[frozenset[str]] = frozenset(get_args(WaitKind))
 
+#: What a schedule does with fire times its beat missed (it was down longer
+#: than the grace): ``skip`` drops them, ``once`` fires the latest of them,
+#: ``all`` fires each of them (the most recent ``catchup_limit``).
+CatchUp = Literal["skip", "once", "all"]
+CATCH_UPS: Final[tuple[CatchUp, ...]] = get_args(CatchUp)
+#: What a firing does while the schedule's previous run is still going:
+#: ``skip`` starts nothing, ``allow`` starts anyway, ``cancel`` cancels the
+#: previous run and starts.
+Overlap = Literal["skip", "allow", "cancel"]
+OVERLAPS: Final[tuple[Overlap, ...]] = get_args(Overlap)
+
 
 @dataclass(frozen=True)
 class WaitingFor:
@@ -84,13 +95,17 @@ def wait_text(waiting_for: WaitingFor | None) -> str | None:
 
 
 __all__ = [
+    "CATCH_UPS",
     "EFFECT_STATUSES",
     "ENDED_BY_LAP",
+    "OVERLAPS",
     "PAUSED",
     "RUNNABLE",
     "RUN_STATUSES",
     "TERMINAL",
+    "CatchUp",
     "EffectStatus",
+    "Overlap",
     "RunStatus",
     "WaitKind",
     "WaitingFor",

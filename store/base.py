@@ -18,6 +18,7 @@ from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
 from agent_worker.vocabulary import RunStatus as RunStatus
 from agent_worker.vocabulary import WaitingFor
+from store.schedtypes import ScheduleStore
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,7 @@ class LapStore(Protocol):
                      *, now: datetime) -> None: ...
 
 
-class Store(LapStore, Protocol):
+class Store(LapStore, ScheduleStore, Protocol):
     """Everything above plus what the public API and the CLI need: starting
     runs, queries, human decisions and history."""
 

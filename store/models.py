@@ -213,3 +213,30 @@ class ServedVersionRow(Base):
 
     __table_args__ = (Index("ix_served_versions_agent", "agent_name", "agent_version",
                             "seen_at"),)
+
+
+class ScheduleRow(Base):
+    """A durable cron schedule (issue 19): the firing pass claims its
+    ``next_fire_at`` row by row, so two beats never fire one time twice."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(String(200), index=True)
+    agent_name: Mapped[str] = mapped_column(String(200))
+    agent_version: Mapped[str | None] = mapped_column(String(50))
+    cron: Mapped[str] = mapped_column(String(200))
+    timezone: Mapped[str] = mapped_column(String(200))
+    input: Mapped[Any | None]
+    catchup: Mapped[str] = mapped_column(String(10))
+    catchup_limit: Mapped[int] = mapped_column(Integer)
+    overlap: Mapped[str] = mapped_column(String(10))
+    paused: Mapped[bool]
+    next_fire_at: Mapped[datetime]
+    last_fire_at: Mapped[datetime | None]
+    last_run_id: Mapped[str | None] = mapped_column(String(200))
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_schedules_due", "paused", "next_fire_at"),)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agent_worker.vocabulary import RUNNABLE, RunStatus
@@ -23,65 +23,26 @@ from store.base import (
     RunRecord,
     SignalRecord,
 )
-from store.dbtime import db_time
 from store.lapsql import SqlLapStore
 from store.rows import (
     checkpoints,
     events,
-    message_body,
-    messages,
-    record_event_tx,
     runs,
     to_event,
     to_run,
 )
+from store.runinsert import create_run_tx
+from store.schedules import SqlScheduleStore
 
 
-class SqlStore(SqlLapStore):
+class SqlStore(SqlScheduleStore, SqlLapStore):
     """``Store`` over one SQLAlchemy engine; see ``SqlBase`` for how the lap's
-    hot path saves round trips and fsyncs on Postgres."""
+    hot path saves round trips and fsyncs on Postgres; schedules live in
+    ``SqlScheduleStore``."""
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        def tx(conn: Connection) -> tuple[RunRecord, bool]:
-            existing = conn.execute(select(runs).where(runs.c.id == new.id)).first()
-            if existing is not None:
-                return to_run(existing), False
-            conn.execute(
-                insert(runs).values(
-                    id=new.id, tenant=new.tenant, agent_name=new.agent_name,
-                    agent_version=new.agent_version, status="queued", next_lap=new.start_lap + 1,
-                    lap_attempts=0, input=new.input, limits=new.limits, laps_used=0,
-                    input_tokens=0, output_tokens=0, cost_micros=0, retention=new.retention,
-                    recoveries=0, parent_run_id=new.parent_run_id,
-                    forked_from_lap=new.forked_from_lap, created_at=new.now,
-                    updated_at=new.now, last_checkpoint_at=new.now,
-                    enqueued_at=db_time(new.now),
-                )
-            )
-            conn.execute(
-                insert(checkpoints).values(
-                    run_id=new.id, lap=new.start_lap, schema_version=new.schema_version,
-                    state=new.checkpoint, created_at=new.now,
-                )
-            )
-            if new.messages:
-                conn.execute(
-                    insert(messages),
-                    [
-                        {"run_id": new.id, "seq": i, "lap": new.start_lap,
-                         "body": message_body(m),
-                         "created_at": new.now}
-                        for i, m in enumerate(new.messages)
-                    ],
-                )
-            record_event_tx(conn, new.id, new.start_lap, "run_created",
-                   {"agent": new.agent_name, "version": new.agent_version,
-                    "forked_from": new.parent_run_id}, new.now)
-            row = conn.execute(select(runs).where(runs.c.id == new.id)).one()
-            return to_run(row), True
-
         try:
-            return self._tx(tx)
+            return self._tx(lambda c: create_run_tx(c, new))
         except IntegrityError:
             # Two callers raced with the same run id: the other one created it.
             run = self.get_run(new.id)

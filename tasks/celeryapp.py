@@ -18,7 +18,12 @@ from celery import Celery
 from kombu import Queue
 
 from agent_worker.agent import registry
-from agent_worker.constants import MAINT_QUEUE, PRUNE_TASK_NAME, SWEEP_TASK_NAME
+from agent_worker.constants import (
+    MAINT_QUEUE,
+    PRUNE_TASK_NAME,
+    SCHEDULE_TASK_NAME,
+    SWEEP_TASK_NAME,
+)
 from agent_worker.deploy_checks import check_deploy_secrets
 from agent_worker.settings import get_settings
 from tasks.routing import lap_queue, served_pairs
@@ -30,7 +35,8 @@ def make_app() -> Celery:
     check_deploy_secrets(s, os.environ)
     registry.import_modules(s.agent_modules.split(","))
     app = Celery("agent_worker", broker=s.broker_url,
-                 include=["tasks.lap", "tasks.sweeper", "tasks.logging", "tasks.serving"])
+                 include=["tasks.lap", "tasks.sweeper", "tasks.logging", "tasks.serving",
+                          "tasks.schedules"])
     queues = [Queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [Queue(MAINT_QUEUE)]
     app.conf.update(
         # JSON only: a pickled message is code execution for whoever can write to Redis.
@@ -77,6 +83,11 @@ def make_app() -> Celery:
                       "options": {"queue": MAINT_QUEUE, "expires": s.sweep_interval_seconds * 5}},
             "prune": {"task": PRUNE_TASK_NAME, "schedule": 3600.0,
                       "options": {"queue": MAINT_QUEUE, "expires": 1800}},
+            # Durable schedules: a pass that expired in the queue is harmless,
+            # the next one fires what it would have (catch-up rules included).
+            "schedules": {"task": SCHEDULE_TASK_NAME, "schedule": s.schedule_interval_seconds,
+                          "options": {"queue": MAINT_QUEUE,
+                                      "expires": s.schedule_interval_seconds * 5}},
         },
     )
     return app

@@ -15,7 +15,7 @@ import sys
 import click
 import typer
 
-from agent_worker.cli import actions, ops, runs
+from agent_worker.cli import actions, ops, runs, schedules
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ app.command("fork")(actions.fork)
 app.add_typer(actions.approvals_app, name="approvals")
 app.add_typer(actions.effects_app, name="effects")
 app.add_typer(ops.db_app, name="db")
+app.add_typer(schedules.app, name="schedules")
 app.command("worker", context_settings=ops.PASS_THROUGH)(ops.worker)
 app.command("beat", context_settings=ops.PASS_THROUGH)(ops.beat)
 app.command("metrics")(ops.metrics)

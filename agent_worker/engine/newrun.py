@@ -1,0 +1,65 @@
+"""A new run's first row, built once for every way a run starts: the public
+API's ``start_run`` and a schedule's firing (``engine.schedules``). Input is
+admitted by the same rule in both, so a schedule refuses at creation the
+input its firings would be refused."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_worker.agent import Agent
+from agent_worker.budget import Budget, BudgetLedger
+from agent_worker.checkpoint import Checkpoint, dump_checkpoint
+from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.errors import InvalidInputError, PayloadTooLargeError
+from agent_worker.messages import Message
+from agent_worker.settings import Settings
+from agent_worker.untrusted import clean
+from store.base import NewRun
+
+
+def admit_input(spec: Agent, input: Any, settings: Settings) -> Any:
+    """``input`` under the untrusted-text rule, within the size limit and valid
+    for the agent's ``input_model`` (then as the model dumps it).
+
+    Raises:
+        InvalidInputError: not JSON, nested too deep, or invalid for the agent.
+        PayloadTooLargeError: over ``max_input_bytes``.
+    """
+    input = clean(input, max_depth=settings.max_json_depth, what="input", strict=True)
+    try:
+        size = len(json.dumps(input, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"input must be JSON-serialisable: {e}") from e
+    if size > settings.max_input_bytes:
+        raise PayloadTooLargeError(
+            f"input is {size} bytes; the limit is {settings.max_input_bytes}")
+    if spec.input_model is not None:
+        try:
+            input = spec.input_model.model_validate(input or {}).model_dump(mode="json")
+        except ValidationError as e:
+            raise InvalidInputError(f"invalid input for {spec.name}: {e}") from e
+    return input
+
+
+def new_run(spec: Agent, input: Any, *, run_id: str, tenant: str | None,
+            budget: Budget | None, now: datetime) -> NewRun:
+    """The row, checkpoint 0 and first message of a run of ``spec`` on an
+    already admitted ``input``. ``budget`` only tightens the agent's limits."""
+    limits = spec.budget.tightened_by(budget)
+    first = Message(role="user", content=input if isinstance(input, str)
+                    else json.dumps(input, sort_keys=True))
+    checkpoint = Checkpoint(lap=0, agent_name=spec.name, agent_version=spec.version,
+                            budget=BudgetLedger.start(limits, now), message_count=1)
+    return NewRun(
+        id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
+        input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
+        checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
+        messages=[first], now=now)
+
+
+__all__ = ["admit_input", "new_run"]
