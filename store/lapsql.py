@@ -15,6 +15,7 @@ from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
 from store import pauses, postgres, statements, sweeping, wakeups
+from store import state as _state
 from store.base import (
     ApprovalRecord,
     Claim,
@@ -89,6 +90,7 @@ class SqlLapStore(SqlBase):
                 run=to_run(row), lap=lap, owner=owner, checkpoint=state,
                 window=[m for m in loaded if m.seq < count],
                 lap_messages=lap_messages, effects=lap_effects,
+                state_edits=_state.pending_edits(conn, run_id),
             )
 
         return self._autocommit(tx, durable=False)
@@ -178,7 +180,7 @@ class SqlLapStore(SqlBase):
         # A commit that waits takes the transaction: it must re-check for
         # wake-ups that arrived since the lap read them (``store.wakeups``).
         if self.engine.dialect.name == "postgresql" and not (
-                commit.new_approvals or commit.delivered_signals
+                commit.new_approvals or commit.delivered_signals or commit.applied_edits
                 or commit.update.status == "waiting"):
             return self._autocommit(lambda c: postgres.commit_lap(c, commit), durable=True)
 
@@ -319,8 +321,10 @@ class SqlLapStore(SqlBase):
 
 
 def _commit_extras(conn: Connection, commit: LapCommit) -> None:
-    """The rare parts of a lap commit: a new approval, consumed signals."""
+    """The rare parts of a lap commit: a new approval, consumed signals,
+    applied state edits."""
     pauses.insert_approvals(conn, commit.new_approvals)
+    _state.mark_applied(conn, commit.run_id, commit.lap, commit.applied_edits, commit.now)
     if commit.delivered_signals:
         conn.execute(
             update(signals)
