@@ -89,7 +89,10 @@ class StateDraft:
             raise StateLimitError("facts must be an object of key: value")
         merged = dict(self.facts)
         for key, value in facts.items():
-            check_name(key, "fact key", max_chars=100)
+            try:
+                check_name(key, "fact key", max_chars=100)
+            except InvalidInputError as e:
+                raise StateLimitError(str(e)) from e
             if value is None:
                 merged.pop(key, None)
             else:
