@@ -19,6 +19,7 @@ class StateEdit:
     requested_by: str
     created_at: datetime
     applied_lap: int | None
+    dropped_lap: int | None = None
 
 
 __all__ = ["StateEdit"]

@@ -181,7 +181,7 @@ class SqlLapStore(SqlBase):
         # wake-ups that arrived since the lap read them (``store.wakeups``).
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals or commit.applied_edits
-                or commit.update.status == "waiting"):
+                or commit.update.status == "waiting" or commit.update.status in TERMINAL):
             return self._autocommit(lambda c: postgres.commit_lap(c, commit), durable=True)
 
         def tx(conn: Connection) -> bool:
@@ -266,6 +266,8 @@ class SqlLapStore(SqlBase):
             if done.rowcount != 1:
                 return False
             record_event_tx(conn, run_id, lap, str(event.pop("kind", "released")), event, now)
+            if update_.status in TERMINAL:
+                _state.drop_pending(conn, run_id, lap, now)
             return True
 
         return self._tx(tx)
@@ -325,6 +327,8 @@ def _commit_extras(conn: Connection, commit: LapCommit) -> None:
     applied state edits."""
     pauses.insert_approvals(conn, commit.new_approvals)
     _state.mark_applied(conn, commit.run_id, commit.lap, commit.applied_edits, commit.now)
+    if commit.update.status in TERMINAL:
+        _state.drop_pending(conn, commit.run_id, commit.lap, commit.now)
     if commit.delivered_signals:
         conn.execute(
             update(signals)

@@ -242,5 +242,8 @@ class StateEditRow(Base):
     requested_by: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime]
     applied_lap: Mapped[int | None] = mapped_column(Integer)
+    #: Set when the run finished before any lap could apply the edit (it
+    #: arrived during the final lap): recorded, never applied, never silent.
+    dropped_lap: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_state_edits_run", "run_id", "applied_lap"),)

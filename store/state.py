@@ -52,7 +52,7 @@ def run_state(conn: Connection, run_id: str) -> RunState | None:
     one statement. The latest checkpoint is ``next_lap - 1``'s: the lap in
     flight (if any) has not committed, and retention never prunes the latest."""
     pending = (select(func.count()).select_from(state_edits)
-               .where(state_edits.c.run_id == runs.c.id, state_edits.c.applied_lap.is_(None))
+               .where(state_edits.c.run_id == runs.c.id, _pending())
                .correlate(runs).scalar_subquery())
     q = (select(runs, checkpoints.c.state.label("checkpoint_state"),
                 pending.label("pending_edits"))
@@ -65,10 +65,13 @@ def run_state(conn: Connection, run_id: str) -> RunState | None:
     return RunState(to_run(row), row.checkpoint_state, int(row.pending_edits or 0))
 
 
+def _pending() -> Any:
+    return and_(state_edits.c.applied_lap.is_(None), state_edits.c.dropped_lap.is_(None))
+
+
 def pending_edits(conn: Connection, run_id: str) -> list[StateEdit]:
     """Edits not yet applied, oldest first (loaded by the claim)."""
-    q = (select(state_edits).where(state_edits.c.run_id == run_id,
-                                   state_edits.c.applied_lap.is_(None))
+    q = (select(state_edits).where(state_edits.c.run_id == run_id, _pending())
          .order_by(state_edits.c.id))
     return [StateEdit(**r._mapping) for r in conn.execute(q)]
 
@@ -89,6 +92,7 @@ def request_edit(conn: Connection, run_id: str, edit: dict[str, Any], *, by: str
                                 "change (fork it to continue from an edited state)")
     row = conn.execute(insert(state_edits).values(
         run_id=run_id, edit=edit, requested_by=by, created_at=now, applied_lap=None,
+        dropped_lap=None,
     ).returning(*state_edits.c)).one()
     record_event_tx(conn, run_id, None, "state_update_requested",
                     {"edit": row.id, "by": by, "fields": sorted(edit)}, now)
@@ -107,11 +111,26 @@ def mark_applied(conn: Connection, run_id: str, lap: int, ids: Sequence[int],
         return
     done = conn.execute(update(state_edits).where(
         state_edits.c.run_id == run_id, state_edits.c.id.in_(list(ids)),
-        state_edits.c.applied_lap.is_(None)).values(applied_lap=lap))
+        _pending()).values(applied_lap=lap))
     if done.rowcount != len(ids):
         raise InvalidStateError(f"run {run_id} lap {lap}: a state edit was already applied")
     record_event_tx(conn, run_id, lap, "state_updated", {"edits": list(ids)}, now)
 
 
-__all__ = ["RunState", "StateStore", "mark_applied", "pending_edits", "request_edit",
-           "run_state", "state_edits"]
+
+def drop_pending(conn: Connection, run_id: str, lap: int, now: datetime) -> None:
+    """Inside the transaction that ends a run (a final lap commit, or a
+    release to failed or cancelled): edits still pending arrived during the
+    final lap, after its claim loaded the pending ones, and no lap will apply
+    them. They are marked dropped and the events say so (``state_edits_dropped``):
+    refused after the fact, never silently kept as "pending" on a finished run."""
+    dropped = [r.id for r in conn.execute(
+        update(state_edits).where(state_edits.c.run_id == run_id, _pending())
+        .values(dropped_lap=lap).returning(state_edits.c.id))]
+    if dropped:
+        record_event_tx(conn, run_id, lap, "state_edits_dropped",
+                        {"edits": sorted(dropped), "reason": "the run finished first"}, now)
+
+
+__all__ = ["RunState", "StateStore", "drop_pending", "mark_applied", "pending_edits",
+           "request_edit", "run_state", "state_edits"]

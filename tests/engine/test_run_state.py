@@ -209,3 +209,26 @@ def test_a_journaled_tool_cannot_write_state(w: InProcessWorker) -> None:
     done = w.get_run(run.id)
     assert done.status == "failed" and "only read tools may write" in (done.error_message or "")
     assert w.get_state(run.id).next_action is None
+
+
+def test_an_edit_during_the_final_lap_is_dropped_visibly(w: InProcessWorker) -> None:
+    """No lap comes after the final one: the edit it raced is marked dropped
+    in the transaction that ends the run, with an event, not left pending."""
+    def last_call(r: ModelRequest) -> ModelResponse:
+        w.update_state(r.run_id, note="one more thing")
+        return turn("done")
+
+    w.rt.registry.register(Agent(name="one-lap", model=ScriptedModel(last_call)))
+    run = w.start_run("one-lap", "go")
+    w.run_until_idle()
+    assert w.get_run(run.id).status == "succeeded"
+    assert w.get_state(run.id).pending_edits == 0
+    dropped = [e for e in w.events(run.id) if e.kind == "state_edits_dropped"]
+    assert len(dropped) == 1 and dropped[0].lap == 1
+    assert not any("one more thing" in m.message.content for m in w.messages(run.id))
+    store = w.rt.store
+    assert isinstance(store, SqlStore)
+    with store.engine.connect() as c:
+        rows = c.execute(select(state_edits.c.applied_lap, state_edits.c.dropped_lap).where(
+            state_edits.c.run_id == run.id)).all()
+    assert [tuple(r) for r in rows] == [(None, 1)]

@@ -36,6 +36,7 @@ def upgrade() -> None:
     sa.Column('requested_by', sa.String(length=200), nullable=False),
     sa.Column('created_at', sa.DateTime(), nullable=False),
     sa.Column('applied_lap', sa.Integer(), nullable=True),
+    sa.Column('dropped_lap', sa.Integer(), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_state_edits'))
     )
     op.create_index('ix_state_edits_run', 'state_edits', ['run_id', 'applied_lap'],
