@@ -387,7 +387,7 @@ def _planner(r: ModelRequest) -> ModelResponse:
     if r.lap == 1:
         p = params(r)
         laps = int(p.get("laps", 10))
-        return turn("planning", [("set_plan", {"steps": [f"s{i}" for i in range(1, laps)]}),
+        return turn("planning", [("set_plan", {"steps": [f"s{i}" for i in range(1, laps - 1)]}),
                                  ("pin_fact", {"key": "goal", "value": p.get("goal", "x")}),
                                  ("pin_fact", {"key": "params", "value": p})])
     # The input left the window long ago: read it back from the pinned facts,

@@ -38,7 +38,7 @@ def test_plan_progress_kills_and_a_racing_state_edit(aw: AgentWorker, fleet: Fle
     assert done.status == "succeeded", done.error_detail
     assert seen == sorted(seen) and seen[-1] >= 3, "the plan only progresses"
     final = aw.get_state(run.id)
-    assert all(p.done for p in final.plan) and len(final.plan) == 9
+    assert all(p.done for p in final.plan) and len(final.plan) == 8
     assert final.facts["goal"] == "ship", "pinned at lap 1, kept through compaction"
     assert final.facts["operator"] == "ops"
     store = aw.rt.store
@@ -49,5 +49,8 @@ def test_plan_progress_kills_and_a_racing_state_edit(aw: AgentWorker, fleet: Fle
     assert applied is not None and applied >= in_flight
     assert "operator" not in aw.state_at(run.id, applied - 1).facts
     assert Counter(e.kind for e in aw.events(run.id))["state_updated"] == 1
-    assert [m.lap for m in aw.messages(run.id) if "hurry up" in m.message.content] == [applied]
+    notes = [m for m in aw.messages(run.id)
+             if (m.message.meta or {}).get("operator_note") == edit.id]
+    assert [(m.lap, m.message.role) for m in notes] == [(applied, "user")]
+    assert "hurry up" in notes[0].message.content
     assert [r.id for r in aw.search_runs(labels={"suite": "run-state"}).runs] == [run.id]
