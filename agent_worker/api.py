@@ -25,6 +25,7 @@ from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.engine.sweep import sweep
 from agent_worker.errors import (
+    ConfigurationError,
     InvalidInputError,
     NotFoundError,
     PayloadTooLargeError,
@@ -205,7 +206,7 @@ class AgentWorker:
         """The store's SQL side, for the verbs outside the lap's narrow protocol."""
         store = self.rt.store
         if not isinstance(store, SqlStore):
-            raise InvalidInputError("this verb needs the SQL store")
+            raise ConfigurationError("this verb needs the SQL store")
         return store
 
     def get_state(self, run_id: str) -> RunStateView:

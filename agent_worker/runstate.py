@@ -18,15 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_worker.checkpoint import Checkpoint, PlanItem
-from agent_worker.errors import InvalidInputError
+from agent_worker.errors import InvalidInputError, StateLimitError
 from agent_worker.settings import Settings
 from agent_worker.untrusted import check_name, check_text, clean
-
-
-class StateLimitError(InvalidInputError):
-    """Raised when a plan, fact or next action is malformed or over its bound."""
-
-    code = "state_limit"
 
 
 @dataclass
@@ -115,7 +109,7 @@ class StateDraft:
                                        "next_action": self.next_action})
 
 
-__all__ = ["StateDraft", "StateLimitError"]
+__all__ = ["StateDraft"]
 
 
 def edit_of(draft: StateDraft, *, plan: Sequence[str | Mapping[str, Any]] | None,
