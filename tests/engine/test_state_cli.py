@@ -89,3 +89,16 @@ def test_state_labels_and_edited_approvals_from_the_cli(w: InProcessWorker) -> N
     assert [e.args for e in w.effects(run.id)] == [{"amount_cents": 50}]
     assert cli("runs", "update-state", run.id, "--note", "late", "--json",
                code=4)["code"] == "invalid_state"
+
+
+def test_runs_show_prints_plan_facts_and_labels(w: InProcessWorker) -> None:
+    run = w.start_run("cli-state", "go", labels={"customer": "acme-show"})
+    w.run_until_idle()
+    w.update_state(run.id, facts={"ticket": 7}, plan=["pay"])
+    w.approve(run.id, by="ops")
+    w.run_until_idle()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["runs", "show", run.id]) == 0
+    text = out.getvalue()
+    assert '{"ticket": 7}' in text and "customer=acme-show" in text and "0/1" in text
