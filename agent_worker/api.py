@@ -43,7 +43,7 @@ from agent_worker.steering import (
     state_view,
 )
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
-from agent_worker.vocabulary import TERMINAL, RunStatus
+from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 from store.base import (
     ApprovalRecord,
     DueLap,
@@ -190,6 +190,9 @@ class AgentWorker:
         """
         if not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise InvalidInputError(f"limit must be 1-1000, got {limit!r}")
+        if status is not None and status not in RUN_STATUSES:
+            raise InvalidInputError(f"status must be one of {', '.join(RUN_STATUSES)}; "
+                                    f"got {clean_text(str(status))[:40]!r}")
         for when, what in ((created_after, "created_after"), (created_before, "created_before")):
             if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
                 raise InvalidInputError(f"{what} must be a timezone-aware datetime")

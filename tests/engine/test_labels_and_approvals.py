@@ -140,3 +140,6 @@ def test_labels_are_validated_and_searchable_page_by_page(w: InProcessWorker) ->
             w.search_runs(cursor=cursor)
     with pytest.raises(InvalidInputError, match="limit"):
         w.search_runs(limit=0)
+    with pytest.raises(InvalidInputError, match="status"):
+        w.search_runs(status="done")  # type: ignore[arg-type]
+    assert w.search_runs(tenant="t\x00x").runs == [], "unstorable: matches nothing"
