@@ -143,8 +143,10 @@ class CallRunner:
                 self.state.mark_step(a["step"], a["done"])
             elif tool.name == "set_next_action":
                 self.state.set_next_action(a["action"])
-            else:
+            elif tool.name == "pin_fact":
                 self.state.pin_fact(a["key"], a["value"])
+            else:
+                return _result(pc, f"{tool.name} is not a built-in state tool", error=True)
         except InvalidInputError as e:
             return _result(pc, f"{tool.name} refused: {e}", error=True)
         return _result(pc, "ok")
