@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
@@ -126,6 +126,16 @@ def test_get_state_mid_lap_shows_the_last_commit(w: InProcessWorker) -> None:
     assert w.get_state(run.id).lap == 2
     with pytest.raises(UnknownRunError):
         w.get_state("no-such-run")
+    store = w.rt.store
+    assert isinstance(store, SqlStore)
+    statements: list[str] = []
+    listener = lambda *a: statements.append(a[2])  # noqa: E731
+    event.listen(store.engine, "before_cursor_execute", listener)
+    try:
+        w.get_state(run.id)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", listener)
+    assert len([q for q in statements if "SELECT" in q.upper()]) == 1, statements
 
 
 def test_update_state_racing_a_lap_lands_at_the_next_boundary_once(
