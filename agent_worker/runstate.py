@@ -37,7 +37,8 @@ class StateDraft:
     def of(cls, ckpt: Checkpoint, settings: Settings) -> StateDraft:
         return cls(settings, list(ckpt.plan), ckpt.next_action, dict(ckpt.facts))
 
-    def _text(self, value: object, what: str) -> str:
+    def bounded_text(self, value: object, what: str) -> str:
+        """``value`` cleaned, if it is text within ``max_state_text_chars``."""
         return check_text(value, what, max_chars=self.settings.max_state_text_chars)
 
     def set_plan(self, items: Sequence[str | Mapping[str, Any]]) -> None:
@@ -54,10 +55,10 @@ class StateDraft:
                 if not isinstance(done, bool) or set(item) - {"title", "done"}:
                     raise StateLimitError(f"plan step {i}: only 'title' and a boolean "
                                           "'done' are allowed")
-                plan.append(PlanItem(title=self._text(item.get("title"), f"plan step {i}"),
+                plan.append(PlanItem(title=self.bounded_text(item.get("title"), f"plan step {i}"),
                                      done=done))
             else:
-                plan.append(PlanItem(title=self._text(item, f"plan step {i}")))
+                plan.append(PlanItem(title=self.bounded_text(item, f"plan step {i}")))
         self.plan, self.changed = plan, True
 
     def mark_step(self, step: int, done: bool = True) -> None:
@@ -70,7 +71,7 @@ class StateDraft:
 
     def set_next_action(self, text: str | None) -> None:
         """Record (or with ``None`` clear) what the agent means to do next."""
-        self.next_action = None if text is None else self._text(text, "next action")
+        self.next_action = None if text is None else self.bounded_text(text, "next action")
         self.changed = True
 
     def pin_fact(self, key: str, value: Any) -> None:
@@ -131,7 +132,7 @@ def edit_of(draft: StateDraft, *, plan: Sequence[str | Mapping[str, Any]] | None
         draft.merge_facts(cleaned)
         edit["facts"] = cleaned
     if note is not None:
-        edit["note"] = draft._text(note, "note")
+        edit["note"] = draft.bounded_text(note, "note")
     if not edit:
         raise StateLimitError("nothing to update: give plan, facts or a note")
     return edit
