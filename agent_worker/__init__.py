@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import delete_schedule as delete_schedule
     from agent_worker.api import fork as fork
     from agent_worker.api import get_run as get_run
+    from agent_worker.api import get_state as get_state
     from agent_worker.api import list_runs as list_runs
     from agent_worker.api import list_schedules as list_schedules
     from agent_worker.api import pause_schedule as pause_schedule
@@ -29,9 +30,11 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import resume_schedule as resume_schedule
     from agent_worker.api import retry as retry
     from agent_worker.api import schedule as schedule
+    from agent_worker.api import search_runs as search_runs
     from agent_worker.api import send_signal as send_signal
     from agent_worker.api import start_run as start_run
     from agent_worker.api import trigger_schedule as trigger_schedule
+    from agent_worker.api import update_state as update_state
     from agent_worker.api import wait as wait
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
@@ -51,6 +54,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ModelClient as ModelClient
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
+    from agent_worker.state_tools import state_tools as state_tools
     from agent_worker.tools import Tool as Tool
     from agent_worker.tools import ToolContext as ToolContext
     from agent_worker.tools import tool as tool
@@ -62,8 +66,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
     "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
-                         "get_run", "list_runs", "reject", "retry", "send_signal",
-                         "start_run", "wait",
+                         "get_run", "get_state", "list_runs", "reject", "retry",
+                         "search_runs", "send_signal", "start_run", "update_state", "wait",
                          # durable schedules (issue 19)
                          "delete_schedule", "list_schedules", "pause_schedule",
                          "resume_schedule", "schedule", "trigger_schedule"),
@@ -75,6 +79,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.inprocess": ("InProcessWorker",),
     "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
+    "agent_worker.state_tools": ("state_tools",),
     "agent_worker.tools": ("Tool", "ToolContext", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +26,7 @@ from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.engine.newrun import admit_input, new_run
 from agent_worker.engine.sweep import sweep
 from agent_worker.errors import (
+    ConfigurationError,
     InvalidInputError,
     NotFoundError,
     PayloadTooLargeError,
@@ -35,8 +36,15 @@ from agent_worker.errors import (
 from agent_worker.runtime import Runtime
 from agent_worker.schedule_verbs import ScheduleVerbs
 from agent_worker.settings import get_settings
+from agent_worker.steering import (
+    RunStateView,
+    argument_edit,
+    check_labels,
+    state_edit,
+    state_view,
+)
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
-from agent_worker.vocabulary import TERMINAL, RunStatus
+from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 from store.base import (
     ApprovalRecord,
     DueLap,
@@ -47,6 +55,8 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
+from store.edits import StateEdit
+from store.listing import RunFilter, RunPage
 from store.schedtypes import ScheduleRecord
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
@@ -87,9 +97,13 @@ class AgentWorker(ScheduleVerbs):
 
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
-                  budget: Budget | None = None) -> RunRecord:
+                  budget: Budget | None = None,
+                  labels: Mapping[str, str] | None = None) -> RunRecord:
         """Create a run and send its first lap; with a ``run_id`` a retried call
         returns the existing run instead of starting a second one.
+
+        ``labels`` (``{"customer": "acme-42"}``) tag the run for ``search_runs``
+        (``steering.check_labels`` gives the rules).
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
@@ -101,10 +115,12 @@ class AgentWorker(ScheduleVerbs):
         run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
         if tenant is not None:
             _check_id(tenant, "tenant")
+        checked_labels = check_labels(labels, self.rt.settings)
         input = admit_input(spec, input, self.rt.settings)
         # A caller narrows the agent's limits, never lifts them (issue 16).
         run, created = self.rt.store.create_run(new_run(
-            spec, input, run_id=run_id, tenant=tenant, budget=budget, now=self.rt.clock.now()))
+            spec, input, run_id=run_id, tenant=tenant, budget=budget, now=self.rt.clock.now(),
+            labels=checked_labels))
         if not created:
             if run.agent_name != spec.name:
                 raise InvalidInputError(
@@ -144,6 +160,74 @@ class AgentWorker(ScheduleVerbs):
         return self.rt.store.list_runs(status=status, agent=agent, agent_version=agent_version,
                                        tenant=tenant, stale_before=stale_before, limit=limit)
 
+    def search_runs(self, *, labels: Mapping[str, str] | None = None,
+                    status: RunStatus | None = None, agent: str | None = None,
+                    agent_version: str | None = None, tenant: str | None = None,
+                    created_after: datetime | None = None,
+                    created_before: datetime | None = None,
+                    cursor: str | None = None, limit: int = 100) -> RunPage:
+        """Runs matching every filter given, newest first, one page at a time:
+        pass the page's ``next_cursor`` back for the next (``None`` on the last).
+        Filters are checked like what they match (a label that could never be
+        stored is refused), and ``limit`` is 1..1000.
+
+        Raises:
+            InvalidInputError: a malformed filter, cursor or limit.
+        """
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInputError(f"limit must be 1-1000, got {limit!r}")
+        if status is not None and status not in RUN_STATUSES:
+            raise InvalidInputError(f"status must be one of {', '.join(RUN_STATUSES)}; "
+                                    f"got {clean_text(str(status))[:40]!r}")
+        for when, what in ((created_after, "created_after"), (created_before, "created_before")):
+            if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+                raise InvalidInputError(f"{what} must be a timezone-aware datetime")
+        if cursor is not None and not isinstance(cursor, str):
+            raise InvalidInputError("cursor must be a string from an earlier page")
+        found = RunFilter(labels=check_labels(labels, self.rt.settings), status=status,
+                          agent=agent, agent_version=agent_version, tenant=tenant,
+                          created_after=created_after, created_before=created_before)
+        if not _storable(status, agent, agent_version, tenant):
+            return RunPage([], None)  # nothing stored can match
+        return self._sql().search_runs(found, cursor=cursor, limit=limit)
+
+    def _sql(self) -> SqlStore:
+        """The store's SQL side, for the verbs outside the lap's narrow protocol."""
+        store = self.rt.store
+        if not isinstance(store, SqlStore):
+            raise ConfigurationError("this verb needs the SQL store")
+        return store
+
+    def get_state(self, run_id: str) -> RunStateView:
+        """The run's latest committed plan, next action, facts, budget and
+        pending calls, in one query, whatever the run is doing (a lap in flight
+        is not waited for: its state is visible once it commits).
+
+        Raises:
+            UnknownRunError: no such run.
+        """
+        return state_view(self._sql().run_state(_ref(run_id)), run_id)
+
+    def update_state(self, run_id: str, *, facts: Mapping[str, Any] | None = None,
+                     plan: Sequence[str | Mapping[str, Any]] | None = None,
+                     note: str | None = None) -> StateEdit:
+        """An operator's edit of a run's state, applied by the run's next lap
+        commit (never under a running lap), recorded in the events: ``facts``
+        are merged (a ``None`` value unpins), ``plan`` replaces the plan, and
+        ``note`` is shown to the model as a message from the operator. A run
+        that waits (an approval, a timer) gets it when it resumes.
+
+        Raises:
+            UnknownRunError: no such run.
+            InvalidStateError: the run has finished.
+            StateLimitError: a malformed edit or one over a bound.
+        """
+        by = self._principal("api")
+        sql = self._sql()
+        edit = state_edit(sql.run_state(_ref(run_id)), run_id, self.rt.settings,
+                          plan=plan, facts=facts, note=note)
+        return sql.request_state_edit(run_id, edit, by=by, now=self.rt.clock.now())
+
     def wait(self, run_id: str, timeout: float | None = None, *, poll: float = 0.2,
              until: Callable[[RunRecord], bool] | None = None) -> RunRecord:
         """Block until the run finishes (or ``until(run)`` holds).
@@ -166,17 +250,35 @@ class AgentWorker(ScheduleVerbs):
 
     # --- pauses and decisions -----------------------------------------------
 
-    def approve(self, approval_or_run: str, *, by: str, comment: str | None = None
-                ) -> ApprovalRecord:
-        """Approve the pending call (by approval id, or the run's only pending one)."""
-        return self._decide(approval_or_run, True, by, comment)
+    def approve(self, approval_or_run: str, *, by: str, comment: str | None = None,
+                arguments: Mapping[str, Any] | None = None) -> ApprovalRecord:
+        """Approve the pending call (by approval id, or the run's only pending one).
+
+        With ``arguments`` the call runs with these instead of the model's:
+        validated against the tool's schema (``InvalidInputError`` otherwise,
+        nothing decided); the approval keeps the original and the approved
+        arguments and who decided; the effect's key stays ``run:lap:call`` and
+        its intent records the approved arguments, so a replay runs those."""
+        edit = None
+        if arguments is not None:
+            arguments = self._admit(arguments, "arguments")
+            if _json_size(arguments, "arguments") > self.rt.settings.max_input_bytes:
+                raise PayloadTooLargeError(f"arguments exceed the input limit of "
+                                           f"{self.rt.settings.max_input_bytes} bytes")
+            edit = argument_edit(self.rt.registry, self._agent_of, arguments)
+        return self._decide(approval_or_run, True, by, comment, edit)
+
+    def _agent_of(self, run_id: str) -> tuple[str, str]:
+        run = self.get_run(run_id)
+        return run.agent_name, run.agent_version
 
     def reject(self, approval_or_run: str, *, by: str, comment: str | None = None
                ) -> ApprovalRecord:
         """Reject the pending call; the model is told who rejected it and why."""
         return self._decide(approval_or_run, False, by, comment)
 
-    def _decide(self, ident: str, approved: bool, by: str, comment: str | None
+    def _decide(self, ident: str, approved: bool, by: str, comment: str | None,
+                edit: Callable[[ApprovalRecord], dict[str, Any]] | None = None
                 ) -> ApprovalRecord:
         by = self._principal(by)
         if comment is not None:
@@ -186,7 +288,7 @@ class AgentWorker(ScheduleVerbs):
         is_run = self.rt.store.get_run(ident) is not None
         record, due = self.rt.store.decide_approval(
             None if is_run else ident, ident if is_run else None, approved=approved, by=by,
-            comment=comment, now=self.rt.clock.now())
+            comment=comment, now=self.rt.clock.now(), edit=edit)
         if due is not None:
             self.rt.send_all([due])
         return record
@@ -413,14 +515,32 @@ def _load_agents(modules: str) -> None:
 
 def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = None,
               tenant: str | None = None, version: str | None = None,
-              budget: Budget | None = None) -> RunRecord:
+              budget: Budget | None = None,
+              labels: Mapping[str, str] | None = None) -> RunRecord:
     """Start a run on the default handle; see ``AgentWorker.start_run``."""
     return client().start_run(agent, input, run_id=run_id, tenant=tenant, version=version,
-                              budget=budget)
+                              budget=budget, labels=labels)
 
 
 def get_run(run_id: str) -> RunRecord:
     return client().get_run(run_id)
+
+
+def get_state(run_id: str) -> RunStateView:
+    """The run's latest committed state; see ``AgentWorker.get_state``."""
+    return client().get_state(run_id)
+
+
+def update_state(run_id: str, *, facts: Mapping[str, Any] | None = None,
+                 plan: Sequence[str | Mapping[str, Any]] | None = None,
+                 note: str | None = None) -> StateEdit:
+    """An operator's state edit; see ``AgentWorker.update_state``."""
+    return client().update_state(run_id, facts=facts, plan=plan, note=note)
+
+
+def search_runs(**filters: Any) -> RunPage:
+    """One page of runs; see ``AgentWorker.search_runs``."""
+    return client().search_runs(**filters)
 
 
 def wait(run_id: str, timeout: float | None = None) -> RunRecord:
@@ -431,8 +551,9 @@ def list_runs(**filters: Any) -> list[RunRecord]:
     return client().list_runs(**filters)
 
 
-def approve(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
-    return client().approve(approval_or_run, by=by, comment=comment)
+def approve(approval_or_run: str, *, by: str, comment: str | None = None,
+            arguments: Mapping[str, Any] | None = None) -> ApprovalRecord:
+    return client().approve(approval_or_run, by=by, comment=comment, arguments=arguments)
 
 
 def reject(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
@@ -484,6 +605,6 @@ def trigger_schedule(name: str) -> RunRecord | None:
 
 
 __all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "delete_schedule",
-           "fork", "get_run", "list_runs", "list_schedules", "pause_schedule", "reject",
-           "resume_schedule", "retry", "schedule", "send_signal", "start_run",
-           "trigger_schedule", "wait"]
+           "fork", "get_run", "get_state", "list_runs", "list_schedules", "pause_schedule",
+           "reject", "resume_schedule", "retry", "schedule", "search_runs", "send_signal",
+           "start_run", "trigger_schedule", "update_state", "wait"]

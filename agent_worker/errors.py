@@ -25,6 +25,13 @@ class InvalidInputError(AgentWorkerError):
     code = "invalid_input"
 
 
+class StateLimitError(InvalidInputError):
+    """Raised when a plan, fact, next action or operator note is malformed or
+    over its bound (an agent gets it as a tool error, an operator as an error)."""
+
+    code = "state_limit"
+
+
 class UnknownAgentError(InvalidInputError):
     """Raised when no registered agent has the requested name (and version)."""
 

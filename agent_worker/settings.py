@@ -117,6 +117,26 @@ class Settings(BaseSettings):
     max_principal_chars: int = Field(
         200, ge=1, le=200, description="Longest `by` (who decided, cancelled or retried)."
     )
+    max_labels: int = Field(
+        16, ge=1, le=64, description="Most labels one run may carry (`start_run(labels=...)`)."
+    )
+    max_label_chars: int = Field(
+        100, ge=1, le=200, description="Longest label key (an identifier) or value (text "
+        "without control characters)."
+    )
+    max_plan_items: int = Field(
+        50, ge=1, description="Most items in the plan an agent (or an operator) sets."
+    )
+    max_state_text_chars: int = Field(
+        1000, ge=1, description="Longest plan item, next planned action or operator note."
+    )
+    max_facts: int = Field(
+        50, ge=1, description="Most pinned facts of a run; they are in every lap's system "
+        "context, so they are bounded."
+    )
+    max_facts_bytes: int = Field(
+        16_000, ge=1, description="Largest size of a run's pinned facts (JSON bytes)."
+    )
     worker_versions: str = Field(
         "",
         description="Comma-separated agent@version pairs this worker serves; empty means every "

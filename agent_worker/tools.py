@@ -13,16 +13,19 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Literal, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from agent_worker.errors import AgentDefinitionError
+from agent_worker.errors import AgentDefinitionError, InvalidStateError
 from agent_worker.messages import ToolSpec
 from agent_worker.untrusted import check_name
 
+if TYPE_CHECKING:
+    from agent_worker.runstate import StateDraft
+
 ToolKind = Literal["read", "idempotent", "compensatable", "irreversible"]
-ControlKind = Literal["sleep", "signal"]
+ControlKind = Literal["sleep", "signal", "state"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,37 @@ class ToolContext:
         """
         if self.beat is not None:
             self.beat(progress)
+
+    #: The run's plan, next action and facts as this lap leaves them; only
+    #: ``read`` tools get it (see ``_state``).
+    state: StateDraft | None = None
+
+    def _state(self) -> StateDraft:
+        """Only a ``read`` tool may write the run's state: it runs again on
+        every replay, so its writes are made again. A journaled tool's result
+        is reused from the ledger without calling it, so its writes would be
+        lost on replay: refused, loudly, rather than kept only sometimes."""
+        if self.state is None:
+            raise InvalidStateError(
+                "only read tools may write the run's plan, next action or facts (a "
+                "journaled tool is not called again on replay, so its writes would be lost)")
+        return self.state
+
+    def set_plan(self, steps: list[str] | list[dict[str, Any]]) -> None:
+        """Replace the run's plan (``StateDraft.set_plan``); stored by the lap's commit."""
+        self._state().set_plan(steps)
+
+    def mark_step(self, step: int, done: bool = True) -> None:
+        """Mark plan step ``step`` (1-based) done or not done."""
+        self._state().mark_step(step, done)
+
+    def set_next_action(self, text: str | None) -> None:
+        """Record the run's next planned action."""
+        self._state().set_next_action(text)
+
+    def pin_fact(self, key: str, value: Any) -> None:
+        """Pin a fact (``None`` unpins): in every later lap's system context."""
+        self._state().pin_fact(key, value)
 
 
 LookupFn = Callable[[str], Any]

@@ -7,7 +7,7 @@ this lap and report ``False`` (or raise ``LeaseLost``) when it does not.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -18,6 +18,7 @@ from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
 from agent_worker.vocabulary import RunStatus as RunStatus
 from agent_worker.vocabulary import WaitingFor
+from store.edits import StateEdit
 from store.schedtypes import ScheduleStore
 
 
@@ -59,6 +60,7 @@ class RunRecord:
     updated_at: datetime
     last_checkpoint_at: datetime | None
     finished_at: datetime | None
+    labels: dict[str, str] | None = None
 
     @property
     def lap(self) -> int:
@@ -130,6 +132,7 @@ class ApprovalRecord:
     decided_by: str | None
     comment: str | None
     decided_at: datetime | None
+    approved_arguments: dict[str, Any] | None = None  # the approver's edit; None: as asked
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ class Claim:
     window: list[StoredMessage]
     lap_messages: list[StoredMessage]
     effects: dict[str, EffectRecord]
+    state_edits: list[StateEdit] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,7 @@ class NewRun:
     parent_run_id: str | None = None
     forked_from_lap: int | None = None
     start_lap: int = 0
+    labels: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,7 @@ class LapCommit:
     #: The version that ran this lap: a newer one that migrated the checkpoint
     #: moves the run's pin, so its laps go to that version's queue from now on.
     agent_version: str | None = None
+    applied_edits: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
@@ -359,6 +365,7 @@ class Store(LapStore, ScheduleStore, Protocol):
     def decide_approval(
         self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
         comment: str | None, now: datetime,
+        edit: Callable[[ApprovalRecord], dict[str, Any]] | None = None,
     ) -> tuple[ApprovalRecord, DueLap | None]: ...
 
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,

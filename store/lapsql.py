@@ -14,6 +14,7 @@ from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
 from store import lapcommit, pauses, statements, sweeping, wakeups
+from store import state as _state
 from store.base import (
     ApprovalRecord,
     Claim,
@@ -87,6 +88,7 @@ class SqlLapStore(SqlBase):
                 run=to_run(row), lap=lap, owner=owner, checkpoint=state,
                 window=[m for m in loaded if m.seq < count],
                 lap_messages=lap_messages, effects=lap_effects,
+                state_edits=_state.pending_edits(conn, run_id),
             )
 
         return self._autocommit(tx, durable=False)
@@ -178,8 +180,8 @@ class SqlLapStore(SqlBase):
         # wake-ups that arrived since the lap read them (``store.wakeups``).
         # Otherwise Postgres commits the lap's one statement in autocommit.
         if self.engine.dialect.name == "postgresql" and not (
-                commit.new_approvals or commit.delivered_signals
-                or commit.update.status == "waiting"):
+                commit.new_approvals or commit.delivered_signals or commit.applied_edits
+                or commit.update.status == "waiting" or commit.update.status in TERMINAL):
             return self._autocommit(lambda c: lapcommit.write(c, values), durable=True)
 
         def tx(conn: Connection) -> bool:
@@ -218,6 +220,8 @@ class SqlLapStore(SqlBase):
             if done.rowcount != 1:
                 return False
             record_event_tx(conn, run_id, lap, str(event.pop("kind", "released")), event, now)
+            if update_.status in TERMINAL:
+                _state.drop_pending(conn, run_id, lap, now)
             return True
 
         return self._tx(tx)
@@ -273,8 +277,12 @@ class SqlLapStore(SqlBase):
 
 
 def _commit_extras(conn: Connection, commit: LapCommit) -> None:
-    """The rare parts of a lap commit: a new approval, consumed signals."""
+    """The rare parts of a lap commit: a new approval, consumed signals,
+    applied state edits."""
     pauses.insert_approvals(conn, commit.new_approvals)
+    _state.mark_applied(conn, commit.run_id, commit.lap, commit.applied_edits, commit.now)
+    if commit.update.status in TERMINAL:
+        _state.drop_pending(conn, commit.run_id, commit.lap, commit.now)
     if commit.delivered_signals:
         conn.execute(
             update(signals)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, String, Text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -86,10 +87,17 @@ class Run(Base):
     updated_at: Mapped[datetime]
     last_checkpoint_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    #: Caller-given ``{"key": "value"}`` tags (issue 18); jsonb on Postgres so
+    #: ``labels @> '{"k": "v"}'`` uses the GIN index.
+    labels: Mapped[dict[str, str] | None] = mapped_column(
+        JSON().with_variant(postgresql.JSONB(), "postgresql"))
 
     __table_args__ = (
         Index("ix_runs_status_wake", "status", "wake_at"),
         Index("ix_runs_agent_status", "agent_name", "status"),
+        Index("ix_runs_labels", "labels", postgresql_using="gin",
+              postgresql_ops={"labels": "jsonb_path_ops"}),
+        Index("ix_runs_created", "created_at", "id"),
     )
 
 
@@ -180,6 +188,10 @@ class ApprovalRow(Base):
     comment: Mapped[str | None] = mapped_column(Text)
     decided_at: Mapped[datetime | None]
 
+    #: What the approver changed the call to (``None``: approved as asked);
+    #: the call runs with these, and ``arguments`` keeps what the model asked.
+    approved_arguments: Mapped[dict[str, Any] | None]
+
     __table_args__ = (Index("ix_approvals_status", "status", "timeout_at"),)
 
 
@@ -240,3 +252,25 @@ class ScheduleRow(Base):
     updated_at: Mapped[datetime]
 
     __table_args__ = (Index("ix_schedules_due", "paused", "next_fire_at"),)
+
+
+class StateEditRow(Base):
+    """An operator's edit of a run's plan, facts or a note (issue 18): applied
+    by the next lap's fenced commit, which sets ``applied_lap``, so an edit is
+    never applied under a running lap, never lost and never applied twice."""
+
+    __tablename__ = "state_edits"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    run_id: Mapped[str] = mapped_column(String(200))
+    edit: Mapped[dict[str, Any]]
+    requested_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    applied_lap: Mapped[int | None] = mapped_column(Integer)
+    #: Set when the run finished before any lap could apply the edit (it
+    #: arrived during the final lap): recorded, never applied, never silent.
+    dropped_lap: Mapped[int | None] = mapped_column(Integer)
+
+    __table_args__ = (Index("ix_state_edits_run", "run_id", "applied_lap"),)

@@ -6,7 +6,7 @@ there is no moment where a decision exists and the run does not know.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -86,14 +86,21 @@ def _find_approval(conn: Connection, approval_id: str | None,
 def decide_approval(
     conn: Connection, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
     comment: str | None, now: datetime,
+    edit: Callable[[ApprovalRecord], dict[str, Any]] | None = None,
 ) -> tuple[ApprovalRecord, DueLap | None]:
+    """Decide a pending approval. ``edit`` (approvals with edited arguments)
+    maps the found approval to the arguments the call is to run with; it
+    raises to refuse them, inside this transaction, so what it validated is
+    the very approval decided."""
     found = _find_approval(conn, approval_id, run_id)
     require_run(conn, found.run_id, lock=True)  # see store.wakeups
     status = "approved" if approved else "rejected"
+    edited = edit(found) if edit is not None and found.status == "pending" else None
     row = conn.execute(
         update(approvals)
         .where(approvals.c.id == found.id, approvals.c.status == "pending")
-        .values(status=status, decided_by=by, comment=comment, decided_at=now)
+        .values(status=status, decided_by=by, comment=comment, decided_at=now,
+                approved_arguments=edited)
         .returning(*approvals.c)
     ).first()
     if row is None:
@@ -101,8 +108,11 @@ def decide_approval(
             f"approval {found.id} was already {found.status}"
             + (f" by {found.decided_by}" if found.decided_by else "")
         )
-    record_event_tx(conn, found.run_id, None, "approval_decided",
-                    {"approval": found.id, "status": status, "by": by, "comment": comment}, now)
+    data: dict[str, Any] = {"approval": found.id, "status": status, "by": by,
+                            "comment": comment}
+    if edited is not None:
+        data["arguments"] = {"original": found.arguments, "approved": edited}
+    record_event_tx(conn, found.run_id, None, "approval_decided", data, now)
     due = wake(conn, found.run_id, now=now, waiting_for=WaitingFor.approval(found.id))
     return to_approval(row), due
 

@@ -5,7 +5,7 @@ Each public method owns exactly one transaction (``store.sqlbase``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agent_worker.vocabulary import RUNNABLE, RunStatus
-from store import pauses
+from store import listing, pauses, state
 from store.base import (
     ApprovalRecord,
     DueLap,
@@ -23,6 +23,7 @@ from store.base import (
     RunRecord,
     SignalRecord,
 )
+from store.edits import StateEdit
 from store.lapsql import SqlLapStore
 from store.rows import (
     checkpoints,
@@ -78,9 +79,11 @@ class SqlStore(SqlScheduleStore, SqlLapStore):
     def decide_approval(
         self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
         comment: str | None, now: datetime,
+        edit: Callable[[ApprovalRecord], dict[str, Any]] | None = None,
     ) -> tuple[ApprovalRecord, DueLap | None]:
         return self._tx(lambda c: pauses.decide_approval(
-            c, approval_id, run_id, approved=approved, by=by, comment=comment, now=now))
+            c, approval_id, run_id, approved=approved, by=by, comment=comment, now=now,
+            edit=edit))
 
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
                        limit: int = 100) -> list[ApprovalRecord]:
@@ -122,6 +125,22 @@ class SqlStore(SqlScheduleStore, SqlLapStore):
         q = select(events).where(events.c.run_id == run_id, events.c.id > after_id).order_by(
             events.c.id)
         return [to_event(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    # --- issue 18: labels and search, state queries and edits ------------------
+
+    def search_runs(self, f: listing.RunFilter, *, cursor: str | None = None,
+                    limit: int = 100) -> listing.RunPage:
+        """One page of runs matching ``f``, newest first (``store.listing``)."""
+        return self._read(lambda c: listing.search_runs(c, f, cursor=cursor, limit=limit))
+
+    def run_state(self, run_id: str) -> state.RunState | None:
+        """The run and its latest committed checkpoint, in one query."""
+        return self._read(lambda c: state.run_state(c, run_id))
+
+    def request_state_edit(self, run_id: str, edit: dict[str, Any], *, by: str,
+                           now: datetime) -> StateEdit:
+        """Store an operator's edit for the next lap (``store.state``)."""
+        return self._tx(lambda c: state.request_edit(c, run_id, edit, by=by, now=now))
 
 
 __all__ = ["SqlStore"]

@@ -375,3 +375,38 @@ if _ROLLING in ("", "1"):
 if _ROLLING in ("", "2"):
     register(Agent(name="rolling", version="2", model=_rolling_model("2"), tools=[step],
                    window_messages=2000, resumes=("1",), migrate=_rolling_migrate))
+
+
+# --- issue 18: a run that writes its own plan and facts --------------------------
+
+
+def _planner(r: ModelRequest) -> ModelResponse:
+    """Lap 1 sets a plan of ``laps - 1`` steps and pins a fact; lap k marks step
+    k - 1 done and pins another fact (through a slow read step so a lap is in
+    flight long enough for an operator to race it); the last lap answers."""
+    if r.lap == 1:
+        p = params(r)
+        laps = int(p.get("laps", 10))
+        return turn("planning", [("set_plan", {"steps": [f"s{i}" for i in range(1, laps - 1)]}),
+                                 ("pin_fact", {"key": "goal", "value": p.get("goal", "x")}),
+                                 ("pin_fact", {"key": "params", "value": p})])
+    # The input left the window long ago: read it back from the pinned facts,
+    # which every lap's system context carries.
+    facts = json.loads(r.instructions.split("Pinned facts:\n", 1)[1].split("\n\n", 1)[0])
+    p = facts["params"]
+    laps = int(p.get("laps", 10))
+    if r.lap >= laps:
+        return turn(json.dumps({"laps": r.lap}))
+    return turn(f"lap {r.lap}", [
+        ("mark_step", {"step": r.lap - 1}),
+        ("pin_fact", {"key": f"lap_{r.lap}", "value": r.lap}),
+        ("step", {"n": r.lap, "pause": float(p.get("pause", 0))})])
+
+
+def _register_planner() -> None:
+    from agent_worker.state_tools import state_tools
+    register(Agent(name="planner", model=lambda: ScriptedModel(_planner),
+                   tools=[*state_tools, step], window_messages=6, compact_after=3))
+
+
+_register_planner()

@@ -15,7 +15,7 @@ import sys
 import click
 import typer
 
-from agent_worker.cli import actions, ops, runs, schedules
+from agent_worker.cli import actions, ops, runs, schedules, state
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 
 app = typer.Typer(
@@ -25,6 +25,8 @@ app = typer.Typer(
 
 app.command("submit")(actions.submit)
 app.add_typer(runs.app, name="runs")
+runs.app.command("state")(state.show_state)
+runs.app.command("update-state")(state.update_state)
 app.command("approve")(actions.approve)
 app.command("reject")(actions.reject)
 app.command("cancel")(actions.cancel)

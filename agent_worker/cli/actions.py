@@ -92,9 +92,14 @@ def submit(
         _print_run(run, "started")
 
 
-def _decide(approve: bool, ident: str, by: str, comment: str | None, json_out: bool) -> None:
+def _decide(approve: bool, ident: str, by: str, comment: str | None, json_out: bool,
+            arguments: str | None = None) -> None:
     aw = client()
-    record = (aw.approve if approve else aw.reject)(ident, by=by, comment=comment)
+    if arguments is not None:
+        record = aw.approve(ident, by=by, comment=comment,
+                            arguments=parse_json_arg(arguments, "arguments"))
+    else:
+        record = (aw.approve if approve else aw.reject)(ident, by=by, comment=comment)
     run = aw.get_run(record.run_id)
     if json_out:
         emit_json({**views.approval_view(record, now()), "run_status": run.status})
@@ -110,9 +115,12 @@ CommentOpt = Annotated[str | None, typer.Option(help="Why (the model sees it on 
 
 
 def approve(ident: IdentArg, by: ByOpt, comment: CommentOpt = None,
+            arguments: Annotated[str | None, typer.Option(
+                help="Run the call with these arguments instead (JSON, @file or -); "
+                     "checked against the tool's schema.")] = None,
             json_out: JsonOpt = False) -> None:
     """Approve a pending call; the run resumes and makes it."""
-    _decide(True, ident, by, comment, json_out)
+    _decide(True, ident, by, comment, json_out, arguments)
 
 
 def reject(ident: IdentArg, by: ByOpt, comment: CommentOpt = None,

@@ -115,6 +115,11 @@ def run_panel(d: dict[str, Any], at: datetime) -> RenderableType:
         row("forked from", f"{d['parent_run_id']} at lap {d['forked_from_lap']}")
     if d["checkpoint"] and d["checkpoint"]["next_action"]:
         row("next action", d["checkpoint"]["next_action"])
+    if d["checkpoint"] and d["checkpoint"]["facts"]:
+        # Text, not markup: facts and labels are untrusted ("[bold]" stays literal).
+        row("facts", Text(json.dumps(d["checkpoint"]["facts"], sort_keys=True)[:500]))
+    if d.get("labels"):
+        row("labels", Text(", ".join(f"{k}={v}" for k, v in d["labels"].items())))
     if d["finished"]:
         row("result", json.dumps(d["result"])[:500])
     return Panel(grid, title=f"run {escape(d['id'])}", title_align="left", expand=False)

@@ -9,7 +9,7 @@ print one JSON document per line (JSON Lines), one per frame or event.
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -32,6 +32,7 @@ from agent_worker.cli.common import (
     styled_status,
 )
 from agent_worker.engine import progress
+from agent_worker.steering import parse_labels
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
 from store import stats
 
@@ -72,9 +73,24 @@ def list_runs(
                                                   "has finished.")] = False,
     count: Annotated[int | None, typer.Option(min=1, help="With --watch: stop after this "
                                                           "many frames.")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        help="Only runs with this label, KEY=VALUE (repeatable: all must match). With "
+             "--label, --cursor, --since or --until, --json prints {runs, next_cursor}.")
+    ] = None,
+    cursor: Annotated[str | None, typer.Option(help="The next page: a next_cursor an "
+                                                    "earlier listing printed.")] = None,
+    since: Annotated[datetime | None, typer.Option(help="Only runs created at or after "
+                                                        "this time (UTC if no zone).")] = None,
+    until: Annotated[datetime | None, typer.Option(help="Only runs created before this "
+                                                        "time (UTC if no zone).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Runs, newest first: status, lap, plan progress, time since the last checkpoint."""
+    if label or cursor or since or until:
+        _search(status=status, agent=agent, agent_version=agent_version, tenant=tenant,
+                labels=label or [], cursor=cursor, since=since, until=until, limit=limit,
+                json_out=json_out)
+        return
     filters: dict[str, Any] = dict(status=status, agent=agent, agent_version=agent_version,
                                    tenant=tenant, stale=stale, limit=limit)
     if not watch:
@@ -87,6 +103,31 @@ def list_runs(
             console.print("[dim]no runs match[/]")
         return
     _watch(filters, interval=interval, until_done=until_done, count=count, json_out=json_out)
+
+
+def _search(*, labels: list[str], cursor: str | None, since: datetime | None,
+            until: datetime | None, limit: int, json_out: bool, **filters: Any) -> None:
+    """``runs list`` by labels and time, one page (``AgentWorker.search_runs``)."""
+    page = client().search_runs(labels=parse_labels(labels), cursor=cursor,
+                                created_after=_utc(since), created_before=_utc(until),
+                                limit=min(limit, 1000), **filters)
+    states = stats.latest_checkpoints(sql_store(), [r.id for r in page.runs])
+    at, stale_after = now(), _stale_after()
+    rows = [{**views.run_summary(r, states.get(r.id), at, stale_after),
+             "labels": r.labels or {}} for r in page.runs]
+    if json_out:
+        emit_json({"runs": rows, "next_cursor": page.next_cursor})
+        return
+    console.print(render.runs_table(rows, at) if rows else "[dim]no runs match[/]")
+    if page.next_cursor:
+        console.print(f"[dim]more: --cursor {page.next_cursor}[/]")
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    """Typer parses ISO times without a zone as naive: the CLI means UTC."""
+    if when is None or when.tzinfo is not None:
+        return when
+    return when.replace(tzinfo=UTC)
 
 
 def _frame(rows: list[dict[str, Any]], at: datetime) -> dict[str, Any]:

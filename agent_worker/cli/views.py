@@ -68,7 +68,7 @@ def approval_view(a: ApprovalRecord, at: datetime) -> dict[str, Any]:
         "requested_at": a.requested_at, "age_seconds": round((at - a.requested_at)
                                                              .total_seconds(), 3),
         "timeout_at": a.timeout_at, "decided_by": a.decided_by, "comment": a.comment,
-        "decided_at": a.decided_at,
+        "decided_at": a.decided_at, "approved_arguments": a.approved_arguments,
     }
 
 
@@ -101,7 +101,7 @@ def run_detail(run: RunRecord, state: dict[str, Any] | None,
         "cancel": None if run.cancel_requested_at is None else {
             "requested_at": run.cancel_requested_at, "reason": run.cancel_reason,
             "by": run.cancelled_by},
-        "ending": run.ending,
+        "ending": run.ending, "labels": run.labels or {},
         "checkpoint": None if state is None else {
             "lap": state.get("lap"), "schema_version": state.get("schema_version"),
             "agent_version": state.get("agent_version"),

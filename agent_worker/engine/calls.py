@@ -30,6 +30,7 @@ from agent_worker.errors import (
 )
 from agent_worker.faults import fault
 from agent_worker.messages import Message
+from agent_worker.runstate import StateDraft
 from agent_worker.runtime import Runtime
 from agent_worker.tools import Tool, ToolContext
 from agent_worker.untrusted import check_name
@@ -73,8 +74,10 @@ class CallRunner:
     """Runs the calls of one lap attempt for one claimed run."""
 
     def __init__(self, rt: Runtime, agent: Agent, claim: Claim,
-                 hb: Heartbeat | None = None) -> None:
+                 hb: Heartbeat | None = None, state: StateDraft | None = None) -> None:
         self.rt, self.agent, self.claim = rt, agent, claim
+        #: The run state this lap's calls write (``agent_worker.runstate``).
+        self.state = state
         self.run_id = claim.run.id
         # The lap's lease: tools heartbeat through it (ctx.heartbeat), retries
         # check it before each new attempt.
@@ -107,17 +110,28 @@ class CallRunner:
             return self._sleep(pc, args)
         if tool.control == "signal":
             return self._signal(pc, args)
+        if tool.control == "state":
+            return self._write_state(pc, tool, args)
         approval: ApprovalRecord | None = None
         if tool.requires_approval:
             verdict = self._approval(pc, tool)
             if not isinstance(verdict, ApprovalRecord):
                 return verdict
             approval = verdict
+            if approval.approved_arguments is not None:
+                # The approver's edit replaces the model's arguments: the intent
+                # (and its hash) records these, so every replay runs the same call.
+                try:
+                    args = tool.validate(approval.approved_arguments)
+                except ValidationError as e:
+                    return _result(pc, f"Not done: the approved arguments for {tool.name} no "
+                                       f"longer fit the tool: {e.errors()[0]['msg']}", error=True)
         beat = (None if self.hb is None else
                 CallBeat(self.rt, self.agent, self.hb, call_index=pc.index, tool=tool.name))
         ctx = ToolContext(run_id=self.run_id, lap=pc.lap, call_index=pc.index,
                           idempotency_key=effect_key(self.run_id, pc.lap, pc.index),
-                          tenant=self.claim.run.tenant, beat=beat)
+                          tenant=self.claim.run.tenant, beat=beat,
+                          state=None if tool.journaled else self.state)
         if not tool.journaled:
             done: Done | Pause = self._invoke_read(pc, tool, args, ctx)
         else:
@@ -125,6 +139,30 @@ class CallRunner:
         if approval is None or isinstance(done, Pause):
             return done
         return _with_decision(done, approval)
+
+    # --- run state --------------------------------------------------------------
+
+    def _write_state(self, pc: PendingCall, tool: Tool, args: BaseModel) -> Done:
+        """A built-in state tool (``agent_worker.state_tools``): written to the
+        lap's draft, stored by the lap's commit; a refused write (over a bound)
+        goes back to the model as a tool error."""
+        if self.state is None:
+            return _result(pc, f"{tool.name} is not available here", error=True)
+        a = args.model_dump()
+        try:
+            if tool.name == "set_plan":
+                self.state.set_plan(a["steps"])
+            elif tool.name == "mark_step":
+                self.state.mark_step(a["step"], a["done"])
+            elif tool.name == "set_next_action":
+                self.state.set_next_action(a["action"])
+            elif tool.name == "pin_fact":
+                self.state.pin_fact(a["key"], a["value"])
+            else:
+                return _result(pc, f"{tool.name} is not a built-in state tool", error=True)
+        except InvalidInputError as e:
+            return _result(pc, f"{tool.name} refused: {e}", error=True)
+        return _result(pc, "ok")
 
     # --- pauses -------------------------------------------------------------
 
@@ -333,7 +371,10 @@ def _decision(a: ApprovalRecord) -> str:
 def _with_decision(done: Done, approval: ApprovalRecord) -> Done:
     """Prefix an approved call's result with who approved it, so a resumed model
     reads the decision from the record instead of inferring (or inventing) it."""
-    text = (f"Approved call to {approval.tool_name}: {_decision(approval)}. "
+    edited = ("" if approval.approved_arguments is None else
+              f" The approver changed its arguments to "
+              f"{json.dumps(approval.approved_arguments, sort_keys=True)}.")
+    text = (f"Approved call to {approval.tool_name}: {_decision(approval)}.{edited} "
             f"Result: {done.message.content}")
     return Done(done.message.model_copy(update={"content": text}), done.signal_id)
 

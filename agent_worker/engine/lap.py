@@ -46,6 +46,7 @@ from agent_worker.faults import fault
 from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
 from agent_worker.redaction import Redactor, redact_secrets
+from agent_worker.runstate import StateDraft, apply_edit
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import clean, reduced
 from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, RunStatus, WaitingFor
@@ -316,7 +317,8 @@ class _Lap:
             cost = agent.price_table.cost((assistant.meta or {}).get("model", ""), usage)
             calls = [PendingCall(call=c, lap=claim.lap, index=i)
                      for i, c in enumerate(assistant.tool_calls)]
-        runner = CallRunner(self.rt, agent, claim, self.hb)
+        draft = StateDraft.of(ckpt, self.rt.settings)
+        runner = CallRunner(self.rt, agent, claim, self.hb, draft)
         results: list[Message] = []
         signals: list[int] = []
         pause: Pause | None = None
@@ -335,6 +337,11 @@ class _Lap:
                        call_ms=took)
         if pause is not None and pause.waiting_for and pause.waiting_for.kind == "effect":
             return self._hold_for_effect(pause)
+        edits: list[int] = []
+        if not remaining:
+            # Never between a call and the results of its siblings: a note
+            # there would split the assistant's tool calls from their results.
+            edits = self._apply_edits(draft, results)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
         summary = self._compaction(ckpt, seq + len(results))
         summary_seq = ckpt.summary_seq
@@ -347,7 +354,7 @@ class _Lap:
             # again here (a no-op when it survived) makes the durable lap
             # commit carry it, so a database crash cannot leave a gap.
             new_messages.insert(0, (ckpt.message_count, assistant))
-        next_ckpt = ckpt.model_copy(update={
+        next_ckpt = draft.apply_to(ckpt).model_copy(update={
             "lap": claim.lap, "budget": ledger, "pending_calls": tuple(remaining),
             "message_count": seq + len(results), "agent_version": agent.version,
             "summary_seq": summary_seq, "schema_version": CHECKPOINT_SCHEMA_VERSION})
@@ -363,7 +370,8 @@ class _Lap:
                    "paused": pause.status if pause else None,
                    "attempt": claim.run.lap_attempts},
             new_approvals=[pause.approval] if pause and pause.approval else (),
-            delivered_signals=signals, now=self.rt.clock.now(), agent_version=agent.version))
+            delivered_signals=signals, now=self.rt.clock.now(), agent_version=agent.version,
+            applied_edits=edits))
         if not committed:
             return self._fence_failed()
         fault("after_commit")
@@ -378,6 +386,19 @@ class _Lap:
         if update.status in ENDED_BY_LAP:
             return "finished"
         return "paused" if pause else "committed"
+
+    def _apply_edits(self, draft: StateDraft, results: list[Message]) -> list[int]:
+        """Operators' state edits loaded by the claim (``update_state``): applied
+        to this lap's checkpoint and marked applied by its fenced commit, so
+        each lands exactly once, at a lap boundary. A note becomes a message
+        from the operator, which the model reads in the next lap."""
+        for edit in self.claim.state_edits:
+            apply_edit(draft, edit.edit)
+            if edit.edit.get("note"):
+                results.append(Message(role="user", content=(
+                    f"[Note from operator {edit.requested_by}]: {edit.edit['note']}"),
+                    meta={"operator_note": edit.id}))
+        return [e.id for e in self.claim.state_edits]
 
     def _model_step(self, ckpt: Checkpoint) -> Message:
         """Journaled model output: reused on replay, so tool calls and their keys

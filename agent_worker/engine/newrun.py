@@ -47,7 +47,8 @@ def admit_input(spec: Agent, input: Any, settings: Settings) -> Any:
 
 
 def new_run(spec: Agent, input: Any, *, run_id: str, tenant: str | None,
-            budget: Budget | None, now: datetime) -> NewRun:
+            budget: Budget | None, now: datetime,
+            labels: dict[str, str] | None = None) -> NewRun:
     """The row, checkpoint 0 and first message of a run of ``spec`` on an
     already admitted ``input``. ``budget`` only tightens the agent's limits."""
     limits = spec.budget.tightened_by(budget)
@@ -59,7 +60,7 @@ def new_run(spec: Agent, input: Any, *, run_id: str, tenant: str | None,
         id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
         input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
         checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-        messages=[first], now=now)
+        messages=[first], now=now, labels=labels)
 
 
 __all__ = ["admit_input", "new_run"]

@@ -49,7 +49,10 @@ def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
         instructions += "\n\nPinned facts:\n" + json.dumps(checkpoint.facts, sort_keys=True)
     if checkpoint.plan:
         instructions += "\n\nPlan:\n" + "\n".join(
-            f"[{'x' if p.done else ' '}] {p.title}" for p in checkpoint.plan)
+            f"{i}. [{'x' if p.done else ' '}] {p.title}"
+            for i, p in enumerate(checkpoint.plan, 1))
+    if checkpoint.next_action:
+        instructions += "\n\nNext planned action: " + checkpoint.next_action
     return ModelRequest(run_id=run_id, lap=lap, instructions=instructions,
                         messages=tuple(kept), tools=tuple(t.spec for t in agent.tools),
                         idempotency_key=key)

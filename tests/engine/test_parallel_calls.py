@@ -236,7 +236,7 @@ def test_max_parallel_calls_is_validated() -> None:
         Agent(name="bad", model=ScriptedModel(lambda r: turn("x")), max_parallel_calls=0)
     with pytest.raises(AgentDefinitionError, match="max_parallel_calls"):
         Agent(name="bad", model=ScriptedModel(lambda r: turn("x")),
-              max_parallel_calls=True)  # type: ignore[arg-type]
+              max_parallel_calls=True)
 
 
 def test_a_cancel_seen_mid_turn_stops_the_calls_not_yet_started(

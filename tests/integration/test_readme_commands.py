@@ -229,6 +229,8 @@ RULES: list[tuple[str, Check]] = [
     (r"deploy/local/test\.sh .+|python -m pytest .+", pytest_args),
     (r"make [a-z -]+", make_dry),
     (r"agent-worker submit\|.*|agent-worker (effects resolve KEY|retry RUN).*"
+     r"|agent-worker (runs (state|update-state) RUN|approve RUN|runs list --label) .*"
+     r"|agent-worker runs state RUN"
      r"|python -m bench\.\w+( .*)?", usage),
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
     (r"(useradd|python3\.11 -m venv|/opt/agent-worker/venv/bin/pip|install|\$EDITOR|cp"

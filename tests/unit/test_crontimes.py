@@ -13,8 +13,9 @@ from agent_worker.errors import InvalidScheduleError
 BERLIN = "Europe/Berlin"  # spring forward 2026-03-29 02:00→03:00, fall back 2026-10-25 03:00→02:00
 
 
-def _utc(*a: int) -> datetime:
-    return datetime(*a, tzinfo=UTC)
+def _utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0,
+         second: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def _fires(expr: str, since: datetime, until: datetime) -> list[datetime]:

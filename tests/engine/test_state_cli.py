@@ -1,0 +1,104 @@
+"""The CLI verbs of issue 18 (``runs list --label``, ``runs state``,
+``runs update-state``, ``approve --arguments``) in this process against an
+in-process worker on SQLite: the CLI is a thin layer over the API verbs that
+the engine tests check on both dialects; here its options, JSON and errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agent_worker.api as api
+from agent_worker import InProcessWorker, ScriptedModel, ToolContext, register, tool, turn
+from agent_worker.agent import Agent
+from agent_worker.cli import main
+from store.sql import SqlStore
+
+
+@tool(kind="irreversible")
+def pay(amount_cents: int, ctx: ToolContext) -> int:
+    """Pay; a human approves it."""
+    return amount_cents
+
+
+register(Agent(name="cli-state", model=ScriptedModel(
+    lambda r: turn("paying", [("pay", {"amount_cents": 700})]) if r.lap == 1
+    else turn("done")), tools=[pay]))
+
+
+@pytest.fixture
+def w(tmp_path: Path) -> Iterator[InProcessWorker]:
+    worker = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}")
+    api.configure(worker)
+    yield worker
+    api.configure(None)
+    store = worker.rt.store
+    assert isinstance(store, SqlStore)
+    store.dispose()
+
+
+def cli(*argv: str, code: int = 0) -> Any:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        got = main(list(argv))
+    assert got == code, (argv, out.getvalue(), err.getvalue())
+    if code:
+        (line,) = err.getvalue().strip().splitlines()
+        return json.loads(line)["error"]
+    return json.loads(out.getvalue())
+
+
+def test_state_labels_and_edited_approvals_from_the_cli(w: InProcessWorker) -> None:
+    run = w.start_run("cli-state", "go", labels={"customer": "acme-cli", "queue": "vip"})
+    w.start_run("cli-state", "go", labels={"customer": "other"})
+    w.run_until_idle()
+    listed = cli("runs", "list", "--label", "customer=acme-cli", "--label", "queue=vip",
+                 "--json")
+    assert [r["id"] for r in listed["runs"]] == [run.id] and listed["next_cursor"] is None
+    assert listed["runs"][0]["labels"] == {"customer": "acme-cli", "queue": "vip"}
+    page = cli("runs", "list", "--since", "2000-01-01T00:00:00", "--limit", "1", "--json")
+    assert len(page["runs"]) == 1 and page["next_cursor"]
+    assert cli("runs", "list", "--label", "nokey", "--json", code=2)["code"] == "invalid_input"
+    assert cli("runs", "list", "--cursor", "bogus", "--json", code=2)["code"] == "invalid_input"
+
+    state = cli("runs", "state", run.id, "--json")
+    assert state["status"] == "waiting" and state["pending_calls"][0]["call"]["name"] == "pay"
+    assert cli("runs", "state", "nope", "--json", code=3)["code"] == "unknown_run"
+
+    bad = cli("approve", run.id, "--by", "ops", "--arguments", '{"amount_cents": "x"}',
+              "--json", code=2)
+    assert "pay's schema" in bad["message"]
+    ok = cli("approve", run.id, "--by", "ops", "--arguments", '{"amount_cents": 50}', "--json")
+    assert ok["approved_arguments"] == {"amount_cents": 50} and ok["arguments"] == {
+        "amount_cents": 700}
+
+    edit = cli("runs", "update-state", run.id, "--fact", 'ticket={"id": 7}', "--plan", "pay",
+               "--plan", "close", "--note", "be brief", "--json")
+    assert edit["fields"] == ["facts", "note", "plan"] and edit["applied_lap"] is None
+    w.run_until_idle()
+    shown = cli("runs", "show", run.id, "--json")
+    assert shown["status"] == "succeeded" and shown["labels"]["queue"] == "vip"
+    assert shown["checkpoint"]["facts"] == {"ticket": {"id": 7}}
+    assert [p["title"] for p in shown["checkpoint"]["plan"]] == ["pay", "close"]
+    assert [e.args for e in w.effects(run.id)] == [{"amount_cents": 50}]
+    assert cli("runs", "update-state", run.id, "--note", "late", "--json",
+               code=4)["code"] == "invalid_state"
+
+
+def test_runs_show_prints_plan_facts_and_labels(w: InProcessWorker) -> None:
+    run = w.start_run("cli-state", "go", labels={"customer": "acme-show"})
+    w.run_until_idle()
+    w.update_state(run.id, facts={"ticket": 7}, plan=["pay"])
+    w.approve(run.id, by="ops")
+    w.run_until_idle()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["runs", "show", run.id]) == 0
+    text = out.getvalue()
+    assert '{"ticket": 7}' in text and "customer=acme-show" in text and "0/1" in text
