@@ -130,7 +130,8 @@ def test_labels_are_validated_and_searchable_page_by_page(w: InProcessWorker) ->
     assert len(w.search_runs(labels={"queue": "vip"}, status="succeeded",
                              tenant="t-labels").runs) == 5
     bads: tuple[dict[str, Any], ...] = (
-        {"bad key": "x"}, {"k": "line\nbreak"}, {"k": "nul\x00"}, {"k": ""}, {"k": 5}, {f"k{i}": "v" for i in range(17)}, {"k": "x" * 101})
+        {"bad key": "x"}, {"k": "line\nbreak"}, {"k": "nul\x00"}, {"k": ""}, {"k": 5},
+        {f"k{i}": "v" for i in range(17)}, {"k": "x" * 101})
     for bad in bads:
         with pytest.raises(InvalidInputError):
             w.start_run("idle", "go", labels=bad)
