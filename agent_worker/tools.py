@@ -10,15 +10,17 @@ may do when a lap is replayed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from agent_worker.children import Child, StartChildren
 from agent_worker.messages import ToolSpec
 from agent_worker.untrusted import check_name
+from agent_worker.vocabulary import ChildWait
 
 ToolKind = Literal["read", "idempotent", "compensatable", "irreversible"]
 ControlKind = Literal["sleep", "signal"]
@@ -38,6 +40,15 @@ class ToolContext:
     call_index: int
     idempotency_key: str
     tenant: str | None = None
+
+    def start_children(self, children: Sequence[Child], *,
+                       wait: ChildWait = "all") -> StartChildren:
+        """What to return to start child runs and wait for them: ``all`` of
+        them, or ``any`` (the first to end). The engine starts each exactly once
+        (ids derived from this call's key) and resumes the run with their
+        results; see ``agent_worker.children``. Declare such a tool
+        ``kind="idempotent"`` (or ``read``)."""
+        return StartChildren(children=tuple(children), wait=wait)
 
 
 LookupFn = Callable[[str], Any]

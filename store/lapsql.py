@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import pauses, postgres, statements, sweeping, wakeups
+from store import children, pauses, postgres, statements, sweeping, wakeups
 from store.base import (
     ApprovalRecord,
     Claim,
@@ -177,9 +177,11 @@ class SqlLapStore(SqlBase):
     def commit_lap(self, commit: LapCommit) -> bool:
         # A commit that waits takes the transaction: it must re-check for
         # wake-ups that arrived since the lap read them (``store.wakeups``).
+        # So does one that ends the run: a parent waiting for it must be woken
+        # in the same transaction (``store.children``).
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals
-                or commit.update.status == "waiting"):
+                or commit.update.status == "waiting" or commit.update.status in TERMINAL):
             return self._autocommit(lambda c: postgres.commit_lap(c, commit), durable=True)
 
         def tx(conn: Connection) -> bool:
@@ -264,6 +266,8 @@ class SqlLapStore(SqlBase):
             if done.rowcount != 1:
                 return False
             record_event_tx(conn, run_id, lap, str(event.pop("kind", "released")), event, now)
+            if update_.status in TERMINAL:
+                children.notify_parent(conn, run_id, now=now)
             return True
 
         return self._tx(tx)
@@ -330,6 +334,8 @@ def _commit_extras(conn: Connection, commit: LapCommit) -> None:
 
 
 def _recheck_wait(conn: Connection, commit: LapCommit) -> None:
+    if commit.update.status in TERMINAL:
+        children.notify_parent(conn, commit.run_id, now=commit.now)
     if commit.update.status == "waiting":
         wakeups.recheck(conn, commit.run_id, commit.lap, commit.update.waiting_for,
                         delivered=commit.delivered_signals, now=commit.now)

@@ -90,6 +90,7 @@ class Run(Base):
     __table_args__ = (
         Index("ix_runs_status_wake", "status", "wake_at"),
         Index("ix_runs_agent_status", "agent_name", "status"),
+        Index("ix_runs_parent", "parent_run_id"),
     )
 
 
@@ -213,3 +214,22 @@ class ServedVersionRow(Base):
 
     __table_args__ = (Index("ix_served_versions_agent", "agent_name", "agent_version",
                             "seen_at"),)
+
+
+class ChildRunRow(Base):
+    """A run started by another run (issue 19): which call of the parent started
+    it (``group_key``, the call's effect key), its place in that call's list,
+    its depth, and the principal it acts for (inherited from the parent)."""
+
+    __tablename__ = "child_runs"
+
+    child_run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    parent_run_id: Mapped[str] = mapped_column(String(200))
+    group_key: Mapped[str] = mapped_column(String(300))
+    position: Mapped[int] = mapped_column(Integer)
+    depth: Mapped[int] = mapped_column(Integer)
+    principal: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_child_runs_group", "group_key", "position"),
+                      Index("ix_child_runs_parent", "parent_run_id"))

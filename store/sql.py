@@ -23,6 +23,7 @@ from store.base import (
     RunRecord,
     SignalRecord,
 )
+from store.childstore import SqlChildStore
 from store.dbtime import db_time
 from store.lapsql import SqlLapStore
 from store.rows import (
@@ -37,7 +38,7 @@ from store.rows import (
 )
 
 
-class SqlStore(SqlLapStore):
+class SqlStore(SqlChildStore, SqlLapStore):
     """``Store`` over one SQLAlchemy engine; see ``SqlBase`` for how the lap's
     hot path saves round trips and fsyncs on Postgres."""
 
@@ -98,8 +99,11 @@ class SqlStore(SqlLapStore):
         tenant: str | None = None,
         stale_before: datetime | None = None,
         limit: int = 100,
+        parent: str | None = None,
     ) -> list[RunRecord]:
         q = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if parent is not None:
+            q = q.where(runs.c.parent_run_id == parent)
         if status is not None:
             q = q.where(runs.c.status == status)
         if agent is not None:

@@ -27,7 +27,7 @@ from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
-from agent_worker.engine import admit
+from agent_worker.engine import admit, children
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
@@ -48,7 +48,7 @@ from agent_worker.messages import Message, Usage
 from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import clean, reduced
-from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, RunStatus, WaitingFor
+from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, TERMINAL, RunStatus, WaitingFor
 from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
@@ -140,6 +140,8 @@ def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any]
                           fence_cancel=fence_cancel)
     if ok and update.enqueue and update.status == "queued" and update.wake_at is None:
         rt.send_all([_due(claim, claim.lap)])
+    if ok and update.status in TERMINAL:
+        children.wake_parent(rt, claim.run)
     return ok
 
 
@@ -260,6 +262,7 @@ def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
             error_detail=run.error_detail), {"kind": "finished", "status": "failed"},
             fence_cancel=False)
         return "finished"
+    children.cancel_all(rt, run)
     unsettled = reconcile(rt, agent, run.id)
     if unsettled is not None:
         # Undoing (or not) a call nobody knows landed is a human's decision;
@@ -334,6 +337,7 @@ class _Lap:
         if pause is not None and pause.waiting_for and pause.waiting_for.kind == "effect":
             return self._hold_for_effect(pause)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
+        ledger = children.charge(ledger, runner.children_spent)
         summary = self._compaction(ckpt, seq + len(results))
         summary_seq = ckpt.summary_seq
         if summary is not None:
@@ -374,6 +378,7 @@ class _Lap:
             # run instead (store.wakeups): send it like any queued run.
             _resend_orphan(self.rt, self.claim)
         if update.status in ENDED_BY_LAP:
+            children.wake_parent(self.rt, claim.run)
             return "finished"
         return "paused" if pause else "committed"
 
