@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, exists, func, insert, select
+from sqlalchemy import ColumnElement, Connection, exists, func, insert, select, update
 
 from agent_worker.errors import InvalidStateError
 from agent_worker.vocabulary import TERMINAL, WaitingFor
@@ -31,6 +32,7 @@ from store.dbtime import db_time
 from store.rows import (
     checkpoints,
     child_runs,
+    events,
     message_body,
     messages,
     record_event_tx,
@@ -41,7 +43,11 @@ from store.rows import (
 
 def link_of(conn: Connection, run_id: str) -> ChildLink | None:
     row = conn.execute(select(child_runs).where(child_runs.c.child_run_id == run_id)).first()
-    return None if row is None else ChildLink(**dict(row._mapping))
+    return None if row is None else _link(row._mapping)
+
+
+def _link(m: Any) -> ChildLink:
+    return ChildLink(**{k: m[child_runs.c[k]] for k in ChildLink.__dataclass_fields__})
 
 
 def count_children(conn: Connection, parent_run_id: str) -> int:
@@ -54,18 +60,29 @@ def create_children(conn: Connection, parent_run_id: str, group_key: str,
                     now: datetime) -> list[DueLap]:
     """Insert the children not yet there (a replay finds the others) with their
     first checkpoint and messages and the link to the parent; return the laps
-    of those just created. Batched: a fan-out of a thousand is a few statements."""
+    to send: those just created, and on a replay those still queued and
+    unclaimed (the dead attempt's sends may be lost; a duplicate is harmless).
+    Batched: a fan-out of a thousand is a few statements."""
     ids = [n.id for n in new]
-    existing = set(conn.execute(select(runs.c.id).where(runs.c.id.in_(ids))).scalars())
+    existing = {r.id: r for r in conn.execute(
+        select(runs.c.id, runs.c.status, runs.c.lease_owner, runs.c.next_lap)
+        .where(runs.c.id.in_(ids)))}
     fresh = [(i, n) for i, n in enumerate(new) if n.id not in existing]
+    unsent = [DueLap(n.id, existing[n.id].next_lap, n.agent_name, n.agent_version)
+              for n in new if n.id in existing and existing[n.id].status == "queued"
+              and existing[n.id].lease_owner is None]
     if not fresh:
-        return []
+        return unsent
     conn.execute(insert(runs), [dict(
         id=n.id, tenant=n.tenant, agent_name=n.agent_name, agent_version=n.agent_version,
         status="queued", next_lap=1, lap_attempts=0, input=n.input, limits=n.limits,
         laps_used=0, input_tokens=0, output_tokens=0, cost_micros=0, retention=n.retention,
         recoveries=0, parent_run_id=parent_run_id, forked_from_lap=None, created_at=now,
-        updated_at=now, last_checkpoint_at=now, enqueued_at=db_time(now)) for _, n in fresh])
+        updated_at=now, last_checkpoint_at=now) for _, n in fresh])
+    # The hand-off starts on the database's clock (store.dbtime); an expression
+    # cannot ride in a multi-row insert, so it is set in one UPDATE after.
+    conn.execute(update(runs).where(runs.c.id.in_([n.id for _, n in fresh]))
+                 .values(enqueued_at=db_time(now)))
     conn.execute(insert(checkpoints), [dict(
         run_id=n.id, lap=0, schema_version=n.schema_version, state=n.checkpoint,
         created_at=now) for _, n in fresh])
@@ -76,10 +93,14 @@ def create_children(conn: Connection, parent_run_id: str, group_key: str,
     conn.execute(insert(child_runs), [dict(
         child_run_id=n.id, parent_run_id=parent_run_id, group_key=group_key, position=i,
         depth=depth, principal=principal, created_at=now) for i, n in fresh])
+    conn.execute(insert(events), [dict(
+        run_id=n.id, lap=0, kind="run_created", created_at=now,
+        data={"agent": n.agent_name, "version": n.agent_version, "parent": parent_run_id,
+              "group": group_key, "position": i}) for i, n in fresh])
     record_event_tx(conn, parent_run_id, None, "children_started",
                     {"group": group_key, "count": len(fresh),
                      "first": fresh[0][1].id, "last": fresh[-1][1].id}, now)
-    return [DueLap(n.id, 1, n.agent_name, n.agent_version) for _, n in fresh]
+    return unsent + [DueLap(n.id, 1, n.agent_name, n.agent_version) for _, n in fresh]
 
 
 def _group(group_key: str) -> ColumnElement[bool]:
@@ -136,9 +157,7 @@ def children_of(conn: Connection, *, group_key: str | None = None,
         q = q.where(child_runs.c.parent_run_id == parent_run_id)
     out = []
     for row in conn.execute(q):
-        m = row._mapping
-        link = ChildLink(**{k: m[child_runs.c[k]] for k in ChildLink.__dataclass_fields__})
-        out.append((link, to_run(row)))
+        out.append((_link(row._mapping), to_run(row)))
     return out
 
 
