@@ -28,10 +28,11 @@ CALLS: list[tuple[str, str]] = []
 
 @tool(kind="idempotent")
 def spawn(n: int, ctx: ToolContext, wait: str = "all", fail_at: int = -1,
-          hold: bool = False, sleep: float = 0.0) -> StartChildren:
+          hold: bool = False, hold_at: int = -1, sleep: float = 0.0) -> StartChildren:
     """Start ``n`` kids and wait for them."""
     CALLS.append(("spawn", ctx.idempotency_key))
-    kids = [Child(agent="kid", input={"n": i, "fail": i == fail_at, "hold": hold,
+    _journal("spawn", ctx.idempotency_key)
+    kids = [Child(agent="kid", input={"n": i, "fail": i == fail_at, "hold": hold or i == hold_at,
                                       "sleep": sleep}) for i in range(n)]
     return ctx.start_children(kids, wait="any" if wait == "any" else "all")
 
