@@ -25,10 +25,13 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import reject as reject
     from agent_worker.api import retry as retry
     from agent_worker.api import send_signal as send_signal
+    from agent_worker.api import start_child as start_child
     from agent_worker.api import start_run as start_run
     from agent_worker.api import wait as wait
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
+    from agent_worker.children import Child as Child
+    from agent_worker.children import StartChildren as StartChildren
     from agent_worker.control import sleep_tool as sleep_tool
     from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
     from agent_worker.errors import AgentWorkerError as AgentWorkerError
@@ -55,9 +58,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
     "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
                          "get_run", "list_runs", "reject", "retry", "send_signal",
-                         "start_run", "wait"),
+                         "start_child", "start_run", "wait"),
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
+    "agent_worker.children": ("Child", "StartChildren"),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
     "agent_worker.errors": ("AgentWorkerError", "TaskFailedError", "ToolError"),
     "agent_worker.inprocess": ("InProcessWorker",),

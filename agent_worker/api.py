@@ -420,6 +420,13 @@ def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = Non
                               budget=budget)
 
 
+def start_child(parent_run_id: str, agent: str | Agent, input: Any = None, *, key: str,
+                version: str | None = None, budget: Budget | None = None) -> RunRecord:
+    """Start a child run on the default handle; see ``AgentWorker.start_child``."""
+    return client().start_child(parent_run_id, agent, input, key=key, version=version,
+                                budget=budget)
+
+
 def get_run(run_id: str) -> RunRecord:
     return client().get_run(run_id)
 
@@ -459,4 +466,5 @@ def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str |
 
 
 __all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "fork",
-           "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]
+           "get_run", "list_runs", "reject", "retry", "send_signal", "start_child", "start_run",
+           "wait"]

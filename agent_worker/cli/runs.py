@@ -31,6 +31,7 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
+from agent_worker.cli.tree import render_tree, run_tree
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
 from store import stats
 
@@ -150,10 +151,14 @@ def show(
     if laps:
         lap_rows = lap_records(run.id, last=last)
         detail["laps"] = lap_rows
+    detail["tree"] = run_tree(aw.rt.store, run.id)
     if json_out:
         emit_json(detail)
         return
     console.print(render.run_panel(detail, at))
+    tree = render_tree(run.id, detail["tree"])
+    if tree is not None:
+        console.print(tree)
     for lap in lap_rows:
         console.print(render.lap_line(lap))
 

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import update
 
 import tests.child_agents  # noqa: F401  (registers fan and kid)
+from agent_worker.cli.tree import render_tree, run_tree
 from agent_worker.engine import children
 from agent_worker.engine.calls import CallRunner
 from agent_worker.engine.lap import run_lap
@@ -67,6 +68,14 @@ def test_fan_out_and_in_with_a_failing_child(w: InProcessWorker) -> None:
     assert all(k.tenant == parent.tenant for k in kids)
     # Woken exactly once, by the last child's end.
     assert len(_events(w, parent.id, "woken")) == 1
+    # `runs show` prints the tree from both ends.
+    tree = run_tree(w.rt.store, parent.id)
+    assert tree["parent"] is None and tree["total"] == 5
+    assert tree["counts"] == {"succeeded": 4, "failed": 1}
+    assert [k["id"] for k in tree["children"]] == [c["run_id"] for c in told]
+    assert render_tree(parent.id, tree) is not None
+    leaf = run_tree(w.rt.store, told[0]["run_id"])
+    assert (leaf["parent"], leaf["depth"], leaf["total"]) == (parent.id, 1, 0)
 
 
 def test_children_spend_is_charged_to_the_parent_and_split_from_its_budget(
