@@ -41,6 +41,8 @@ class ChildStore(Protocol):
                 parent would have more than ``max_per_run`` children.
             LeaseLost: ``owner`` no longer holds the parent's lease.
             UnknownRunError: no such parent.
+            InvalidStateError: (without ``owner``) the parent ended or is being
+                cancelled.
         """
         ...
 

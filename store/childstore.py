@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from agent_worker.errors import ChildLimitError
+from agent_worker.errors import ChildLimitError, InvalidStateError
 from store import children
 from store.base import DueLap, NewRun, RunRecord
 from store.childbase import ChildLink
@@ -26,7 +26,15 @@ class SqlChildStore(SqlBase):
             if owner is not None:
                 fence(conn, parent_run_id, None, owner, now, cancel=True)
             else:
-                require_run(conn, parent_run_id, lock=True)
+                # Locked, then checked: a cancel (which cancels the children it
+                # finds) either comes first and is seen here, or comes after
+                # and finds this child.
+                parent = require_run(conn, parent_run_id, lock=True)
+                if parent.finished or parent.cancel_requested_at is not None:
+                    raise InvalidStateError(
+                        f"run {parent_run_id} is {parent.status}"
+                        + (" and being cancelled" if parent.cancel_requested_at else "")
+                        + "; it starts no children")
             link = children.link_of(conn, parent_run_id)
             depth = 1 + (link.depth if link is not None else 0)
             if depth > max_depth:

@@ -21,6 +21,7 @@ from agent_worker.cli.tree import render_tree, run_tree
 from agent_worker.engine import children
 from agent_worker.engine.calls import CallRunner
 from agent_worker.engine.lap import run_lap
+from agent_worker.engine.newrun import new_run
 from agent_worker.errors import ChildLimitError, InvalidStateError
 from agent_worker.inprocess import InProcessWorker
 from store.base import RunUpdate
@@ -265,7 +266,15 @@ def test_start_child_from_the_api_is_keyed(w: InProcessWorker) -> None:
     assert _store(w).child_link(one.id) is not None
     w.run_until_idle()
     assert w.get_run(one.id).result == {"double": 14}
-    w.cancel(parent.id, reason="done")
+    # A start racing a cancel: the store re-checks under the parent's row lock.
+    due = w.rt.store.request_cancel(parent.id, reason="done", by="ops", now=w.rt.clock.now())
+    w.rt.send_all([due] if due else [])
+    late = new_run(w.rt, w.rt.registry.get("kid"), {"n": 8}, run_id="late-kid",
+                   tenant=None, limits=w.rt.registry.get("kid").budget)
+    with pytest.raises(InvalidStateError, match="being cancelled"):
+        _store(w).start_children(parent.id, f"{parent.id}:api:late", [late],
+                                 now=w.rt.clock.now(), owner=None, max_depth=4,
+                                 max_per_run=10)
     w.run_until_idle()
     with pytest.raises(InvalidStateError):
         w.start_child(parent.id, "kid", {"n": 8}, key="late")
