@@ -43,11 +43,12 @@ def _stale_after() -> float:
 
 
 def list_rows(*, status: str | None, agent: str | None, agent_version: str | None,
-              tenant: str | None, stale: bool, limit: int) -> list[dict[str, Any]]:
+              tenant: str | None, stale: bool, limit: int, parent: str | None = None
+              ) -> list[dict[str, Any]]:
     """The runs matching the filters, newest first, with plan progress."""
     aw = client()
     found = aw.list_runs(status=status, agent=agent, agent_version=agent_version,
-                         tenant=tenant, stale=stale, limit=limit)
+                         tenant=tenant, stale=stale, limit=limit, parent=parent)
     states = stats.latest_checkpoints(sql_store(), [r.id for r in found])
     at, stale_after = now(), _stale_after()
     return [views.run_summary(r, states.get(r.id), at, stale_after) for r in found]
@@ -62,6 +63,9 @@ def list_runs(
     agent_version: Annotated[str | None, typer.Option(help="Only runs started on this "
                                                            "agent version.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's runs.")] = None,
+    parent: Annotated[str | None, typer.Option(help="Only the child runs (and forks) of this "
+                                                    "run (with --watch: a fan-out's "
+                                                    "progress).")] = None,
     stale: Annotated[bool, typer.Option(help="Only queued/running runs with no checkpoint for "
                                              "AGENT_WORKER_STALE_AFTER_SECONDS.")] = False,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 100,
@@ -76,7 +80,7 @@ def list_runs(
 ) -> None:
     """Runs, newest first: status, lap, plan progress, time since the last checkpoint."""
     filters: dict[str, Any] = dict(status=status, agent=agent, agent_version=agent_version,
-                                   tenant=tenant, stale=stale, limit=limit)
+                                   tenant=tenant, stale=stale, limit=limit, parent=parent)
     if not watch:
         rows = list_rows(**filters)
         if json_out:
