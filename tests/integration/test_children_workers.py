@@ -6,14 +6,19 @@ runs their compensations."""
 
 from __future__ import annotations
 
+import io
+import json
 import signal
 from collections import Counter
+from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import tests.child_agents  # noqa: F401  (registers fan and kid here too)
 from agent_worker.api import AgentWorker
+from agent_worker.cli import main
 from tests.support import TEST_AGENTS, Fleet, wait_for
 
 pytestmark = pytest.mark.integration
@@ -77,3 +82,14 @@ def test_cancelling_the_parent_cancels_children_and_compensates(
     undone = _journal(journal)
     for kid in aw.list_runs(parent=parent.id):
         assert undone[f"release {kid.id}:1:0:undo"] == 1
+    # The operator's view of the tree.
+    tree = _cli("runs", "show", parent.id, "--json")["tree"]
+    assert (tree["total"], tree["counts"]) == (6, {"cancelled": 6})
+    assert len(_cli("runs", "list", "--parent", parent.id, "--json")) == 6
+
+
+def _cli(*argv: str) -> Any:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(list(argv)) == 0
+    return json.loads(out.getvalue())
