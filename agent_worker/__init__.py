@@ -32,12 +32,15 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import schedule as schedule
     from agent_worker.api import search_runs as search_runs
     from agent_worker.api import send_signal as send_signal
+    from agent_worker.api import start_child as start_child
     from agent_worker.api import start_run as start_run
     from agent_worker.api import trigger_schedule as trigger_schedule
     from agent_worker.api import update_state as update_state
     from agent_worker.api import wait as wait
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
+    from agent_worker.children import Child as Child
+    from agent_worker.children import StartChildren as StartChildren
     from agent_worker.control import sleep_tool as sleep_tool
     from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
     from agent_worker.errors import AgentWorkerError as AgentWorkerError
@@ -67,12 +70,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
     "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
                          "get_run", "get_state", "list_runs", "reject", "retry",
-                         "search_runs", "send_signal", "start_run", "update_state", "wait",
+                         "search_runs", "send_signal", "start_child", "start_run", "update_state",
+                         "wait",
                          # durable schedules (issue 19)
                          "delete_schedule", "list_schedules", "pause_schedule",
                          "resume_schedule", "schedule", "trigger_schedule"),
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
+    "agent_worker.children": ("Child", "StartChildren"),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
     "agent_worker.errors": ("AgentWorkerError", "RetryableToolError", "TaskFailedError",
                             "ToolError", "ToolTimeoutError"),

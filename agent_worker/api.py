@@ -8,7 +8,6 @@ raises ``InvalidInputError`` (or a subclass) before anything is written.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -19,15 +18,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_worker.agent import Agent, registry
-from agent_worker.budget import Budget
+from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
-from agent_worker.engine.newrun import admit_input, new_run
+from agent_worker.engine import children
+from agent_worker.engine.newrun import admit_input, admitted_run, new_run
+from agent_worker.engine.newrun import json_size as _json_size
 from agent_worker.engine.sweep import sweep
 from agent_worker.errors import (
     ConfigurationError,
     InvalidInputError,
+    InvalidStateError,
     NotFoundError,
     PayloadTooLargeError,
     ReplayRefusedError,
@@ -77,13 +79,6 @@ def _ref(value: str, what: str = "run", error: type[NotFoundError] = UnknownRunE
 
 def _storable(*values: str | None) -> bool:
     return all(v is None or (isinstance(v, str) and clean_text(v) == v) for v in values)
-
-
-def _json_size(value: Any, what: str) -> int:
-    try:
-        return len(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
 
 
 class AgentWorker(ScheduleVerbs):
@@ -140,6 +135,40 @@ class AgentWorker(ScheduleVerbs):
     def _send_next(self, run: RunRecord) -> None:
         self.rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
 
+    def start_child(self, parent_run_id: str, agent: str | Agent, input: Any = None, *,
+                    key: str, version: str | None = None, budget: Budget | None = None
+                    ) -> RunRecord:
+        """Start a child run of ``parent_run_id`` from application code, once per
+        ``key`` (a retried call returns the same child). The child inherits the
+        parent's tenant, the caller's principal and an even share of what is left
+        of the parent's budget (``budget`` only tightens it); cancelling the
+        parent cancels it. Unlike a tool's children, the parent does not wait
+        for it, and its spend is not charged to the parent (nobody collects it).
+
+        Raises:
+            UnknownRunError, InvalidStateError (the parent ended), ChildLimitError.
+        """
+        parent = self.get_run(parent_run_id)
+        key = _check_id(key, "key")
+        if parent.finished or parent.cancel_requested_at is not None:
+            raise InvalidStateError(f"run {parent.id} is {parent.status}; it starts no children")
+        spec = self.rt.registry.get(agent.name if isinstance(agent, Agent) else agent,
+                                    agent.version if isinstance(agent, Agent) else version)
+        state = self.rt.store.get_checkpoint(parent.id, parent.lap)
+        ledger = (load_checkpoint(state).budget if state is not None
+                  else BudgetLedger(started_at=self.rt.clock.now()))
+        limits = spec.budget.tightened_by(children.budget_share(parent.limits, ledger, 1))
+        group = f"{parent.id}:api:{key}"
+        new = admitted_run(self.rt, spec, input, run_id=children.child_id(group, 0),
+                           tenant=parent.tenant, limits=limits.tightened_by(budget))
+        s = self.rt.settings
+        due = self.rt.store.start_children(
+            parent.id, group, [new], now=self.rt.clock.now(), owner=None,
+            max_depth=s.max_child_depth, max_per_run=s.max_children_per_run,
+            principal=self._principal("api"))
+        self.rt.send_all(due)
+        return self.get_run(new.id)
+
     def get_run(self, run_id: str) -> RunRecord:
         """The run's current record. Raises ``UnknownRunError``."""
         run = self.rt.store.get_run(_ref(run_id))
@@ -149,16 +178,19 @@ class AgentWorker(ScheduleVerbs):
 
     def list_runs(self, *, status: RunStatus | None = None, agent: str | None = None,
                   agent_version: str | None = None, tenant: str | None = None,
-                  stale: bool = False, limit: int = 100) -> list[RunRecord]:
+                  stale: bool = False, limit: int = 100, parent: str | None = None
+                  ) -> list[RunRecord]:
         """Runs, newest first; ``stale`` keeps runnable runs with no checkpoint
-        for longer than ``stale_after_seconds``."""
+        for longer than ``stale_after_seconds``; ``parent`` keeps the runs it
+        started (child runs) or forked."""
         stale_before = (self.rt.clock.now()
                         - timedelta(seconds=self.rt.settings.stale_after_seconds)
                         if stale else None)
-        if not _storable(status, agent, agent_version, tenant):
+        if not _storable(status, agent, agent_version, tenant, parent):
             return []  # nothing stored can match
         return self.rt.store.list_runs(status=status, agent=agent, agent_version=agent_version,
-                                       tenant=tenant, stale_before=stale_before, limit=limit)
+                                       tenant=tenant, stale_before=stale_before, limit=limit,
+                                       parent=parent)
 
     def search_runs(self, *, labels: Mapping[str, str] | None = None,
                     status: RunStatus | None = None, agent: str | None = None,
@@ -522,6 +554,13 @@ def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = Non
                               budget=budget, labels=labels)
 
 
+def start_child(parent_run_id: str, agent: str | Agent, input: Any = None, *, key: str,
+                version: str | None = None, budget: Budget | None = None) -> RunRecord:
+    """Start a child run on the default handle; see ``AgentWorker.start_child``."""
+    return client().start_child(parent_run_id, agent, input, key=key, version=version,
+                                budget=budget)
+
+
 def get_run(run_id: str) -> RunRecord:
     return client().get_run(run_id)
 
@@ -607,4 +646,4 @@ def trigger_schedule(name: str) -> RunRecord | None:
 __all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "delete_schedule",
            "fork", "get_run", "get_state", "list_runs", "list_schedules", "pause_schedule",
            "reject", "resume_schedule", "retry", "schedule", "search_runs", "send_signal",
-           "start_run", "trigger_schedule", "update_state", "wait"]
+           "start_child", "start_run", "trigger_schedule", "update_state", "wait"]

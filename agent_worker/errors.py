@@ -84,6 +84,14 @@ class UnknownScheduleError(NotFoundError):
 class InvalidStateError(AgentWorkerError):
     """Raised when an operation does not fit the run's current status."""
 
+
+class ChildLimitError(InvalidInputError):
+    """Raised when starting child runs would pass a limit (depth, children per
+    call or per run); nothing is started. A tool's request comes back to the
+    model as a tool error."""
+
+    code = "child_limit"
+
     code = "invalid_state"
 
 

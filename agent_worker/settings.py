@@ -137,6 +137,16 @@ class Settings(BaseSettings):
     max_facts_bytes: int = Field(
         16_000, ge=1, description="Largest size of a run's pinned facts (JSON bytes)."
     )
+    max_child_depth: int = Field(
+        4, ge=0, description="Deepest nesting of child runs (a top-level run is depth 0; "
+        "0 forbids children)."
+    )
+    max_children_per_call: int = Field(
+        1000, ge=1, description="Most child runs one tool call (or one API call) may start."
+    )
+    max_children_per_run: int = Field(
+        10_000, ge=1, description="Most child runs one parent may start over its life."
+    )
     worker_versions: str = Field(
         "",
         description="Comma-separated agent@version pairs this worker serves; empty means every "

@@ -10,16 +10,18 @@ may do when a lap is replayed.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from agent_worker.children import Child, StartChildren
 from agent_worker.errors import AgentDefinitionError, InvalidStateError
 from agent_worker.messages import ToolSpec
 from agent_worker.untrusted import check_name
+from agent_worker.vocabulary import ChildWait
 
 if TYPE_CHECKING:
     from agent_worker.runstate import StateDraft
@@ -86,6 +88,15 @@ class ToolContext:
     def pin_fact(self, key: str, value: Any) -> None:
         """Pin a fact (``None`` unpins): in every later lap's system context."""
         self._state().pin_fact(key, value)
+
+    def start_children(self, children: Sequence[Child], *,
+                       wait: ChildWait = "all") -> StartChildren:
+        """What to return to start child runs and wait for them: ``all`` of
+        them, or ``any`` (the first to end). The engine starts each exactly once
+        (ids derived from this call's key) and resumes the run with their
+        results; see ``agent_worker.children``. Declare such a tool
+        ``kind="idempotent"`` (or ``read``)."""
+        return StartChildren(children=tuple(children), wait=wait)
 
 
 LookupFn = Callable[[str], Any]

@@ -32,8 +32,12 @@ EffectStatus = Literal["pending", "applied", "failed", "compensated", "unknown",
 EFFECT_STATUSES: Final[tuple[EffectStatus, ...]] = get_args(EffectStatus)
 
 #: approval/signal/effect name what wakes the run (an approval id, a signal name,
-#: an effect key); attention and budget wait for an operator and carry nothing.
-WaitKind = Literal["approval", "signal", "effect", "attention", "budget"]
+#: an effect key); attention and budget wait for an operator and carry nothing;
+#: children waits for child runs (``all:<group>`` or ``any:<group>``, the group
+#: being the key of the call that started them).
+WaitKind = Literal["approval", "signal", "effect", "attention", "budget", "children"]
+#: How a parent waits for its children: until every one ended, or the first.
+ChildWait = Literal["all", "any"]
 _KINDS: Final[frozenset[str]] = frozenset(get_args(WaitKind))
 
 #: What a schedule does with fire times its beat missed (it was down longer
@@ -66,6 +70,17 @@ class WaitingFor:
     @classmethod
     def effect(cls, key: str) -> WaitingFor:
         return cls("effect", key)
+
+    @classmethod
+    def children(cls, mode: ChildWait, group: str) -> WaitingFor:
+        return cls("children", f"{mode}:{group}")
+
+    def child_wait(self) -> tuple[ChildWait, str]:
+        """(mode, group) of a ``children`` wait; raises ``ValueError`` otherwise."""
+        mode, _, group = (self.ref or "").partition(":")
+        if self.kind != "children" or mode not in ("all", "any") or not group:
+            raise ValueError(f"not a children wait: {self.format()!r}")
+        return cast("ChildWait", mode), group
 
     def format(self) -> str:
         """The column's text (effect keys hold colons; only the first one splits)."""
@@ -104,6 +119,7 @@ __all__ = [
     "RUN_STATUSES",
     "TERMINAL",
     "CatchUp",
+    "ChildWait",
     "EffectStatus",
     "Overlap",
     "RunStatus",

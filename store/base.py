@@ -18,6 +18,7 @@ from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
 from agent_worker.vocabulary import RunStatus as RunStatus
 from agent_worker.vocabulary import WaitingFor
+from store.childbase import ChildStore
 from store.edits import StateEdit
 from store.schedtypes import ScheduleStore
 
@@ -339,7 +340,7 @@ class LapStore(Protocol):
                      *, now: datetime) -> None: ...
 
 
-class Store(LapStore, ScheduleStore, Protocol):
+class Store(LapStore, ScheduleStore, ChildStore, Protocol):
     """Everything above plus what the public API and the CLI need: starting
     runs, queries, human decisions and history."""
 
@@ -360,7 +361,10 @@ class Store(LapStore, ScheduleStore, Protocol):
         tenant: str | None = None,
         stale_before: datetime | None = None,
         limit: int = 100,
-    ) -> list[RunRecord]: ...
+        parent: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first; ``parent`` keeps its child runs (and forks)."""
+        ...
 
     def decide_approval(
         self, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import lapcommit, pauses, statements, sweeping, wakeups
+from store import children, lapcommit, pauses, statements, sweeping, wakeups
 from store import state as _state
 from store.base import (
     ApprovalRecord,
@@ -178,7 +178,9 @@ class SqlLapStore(SqlBase):
         values = lapcommit.params(commit)
         # A commit that waits takes the transaction: it must re-check for
         # wake-ups that arrived since the lap read them (``store.wakeups``).
-        # Otherwise Postgres commits the lap's one statement in autocommit.
+        # So does one that ends the run: a parent waiting for it must be woken
+        # in the same transaction (``store.children``). Otherwise Postgres
+        # commits the lap's one statement in autocommit.
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals or commit.applied_edits
                 or commit.update.status == "waiting" or commit.update.status in TERMINAL):
@@ -222,6 +224,7 @@ class SqlLapStore(SqlBase):
             record_event_tx(conn, run_id, lap, str(event.pop("kind", "released")), event, now)
             if update_.status in TERMINAL:
                 _state.drop_pending(conn, run_id, lap, now)
+                children.notify_parent(conn, run_id, now=now)
             return True
 
         return self._tx(tx)
@@ -292,6 +295,8 @@ def _commit_extras(conn: Connection, commit: LapCommit) -> None:
 
 
 def _recheck_wait(conn: Connection, commit: LapCommit) -> None:
+    if commit.update.status in TERMINAL:
+        children.notify_parent(conn, commit.run_id, now=commit.now)
     if commit.update.status == "waiting":
         wakeups.recheck(conn, commit.run_id, commit.lap, commit.update.waiting_for,
                         delivered=commit.delivered_signals, now=commit.now)

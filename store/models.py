@@ -98,6 +98,7 @@ class Run(Base):
         Index("ix_runs_labels", "labels", postgresql_using="gin",
               postgresql_ops={"labels": "jsonb_path_ops"}),
         Index("ix_runs_created", "created_at", "id"),
+        Index("ix_runs_parent", "parent_run_id"),
     )
 
 
@@ -274,3 +275,22 @@ class StateEditRow(Base):
     dropped_lap: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (Index("ix_state_edits_run", "run_id", "applied_lap"),)
+
+
+class ChildRunRow(Base):
+    """A run started by another run (issue 19): which call of the parent started
+    it (``group_key``, the call's effect key), its place in that call's list,
+    its depth, and the principal it acts for (inherited from the parent)."""
+
+    __tablename__ = "child_runs"
+
+    child_run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    parent_run_id: Mapped[str] = mapped_column(String(200))
+    group_key: Mapped[str] = mapped_column(String(300))
+    position: Mapped[int] = mapped_column(Integer)
+    depth: Mapped[int] = mapped_column(Integer)
+    principal: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_child_runs_group", "group_key", "position"),
+                      Index("ix_child_runs_parent", "parent_run_id"))

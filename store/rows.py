@@ -20,6 +20,7 @@ from store.base import (
 from store.models import (
     ApprovalRow,
     CheckpointRow,
+    ChildRunRow,
     EffectRow,
     EventRow,
     MessageRow,
@@ -36,6 +37,7 @@ events = cast(Table, EventRow.__table__)
 approvals = cast(Table, ApprovalRow.__table__)
 signals = cast(Table, SignalRow.__table__)
 served_versions = cast(Table, ServedVersionRow.__table__)
+child_runs = cast(Table, ChildRunRow.__table__)
 
 
 _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)

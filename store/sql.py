@@ -23,6 +23,7 @@ from store.base import (
     RunRecord,
     SignalRecord,
 )
+from store.childstore import SqlChildStore
 from store.edits import StateEdit
 from store.lapsql import SqlLapStore
 from store.rows import (
@@ -36,7 +37,7 @@ from store.runinsert import create_run_tx
 from store.schedules import SqlScheduleStore
 
 
-class SqlStore(SqlScheduleStore, SqlLapStore):
+class SqlStore(SqlScheduleStore, SqlChildStore, SqlLapStore):
     """``Store`` over one SQLAlchemy engine; see ``SqlBase`` for how the lap's
     hot path saves round trips and fsyncs on Postgres; schedules live in
     ``SqlScheduleStore``."""
@@ -60,8 +61,11 @@ class SqlStore(SqlScheduleStore, SqlLapStore):
         tenant: str | None = None,
         stale_before: datetime | None = None,
         limit: int = 100,
+        parent: str | None = None,
     ) -> list[RunRecord]:
         q = select(runs).order_by(runs.c.created_at.desc()).limit(limit)
+        if parent is not None:
+            q = q.where(runs.c.parent_run_id == parent)
         if status is not None:
             q = q.where(runs.c.status == status)
         if agent is not None:

@@ -20,6 +20,7 @@ from datetime import datetime
 from sqlalchemy import Connection, select, update
 
 from agent_worker.vocabulary import WaitingFor
+from store import children
 from store.dbtime import db_time
 from store.rows import approvals, record_event_tx, runs, signals
 
@@ -40,6 +41,8 @@ def _arrived(conn: Connection, run_id: str, waiting_for: WaitingFor,
         q = select(approvals.c.id).where(approvals.c.id == name,
                                          approvals.c.status != "pending")
         return conn.execute(q).first() is not None
+    if kind == "children":
+        return children.arrived(conn, waiting_for)
     return False
 
 

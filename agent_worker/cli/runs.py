@@ -31,6 +31,7 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
+from agent_worker.cli.tree import render_tree, run_tree
 from agent_worker.engine import progress
 from agent_worker.steering import parse_labels
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
@@ -44,11 +45,12 @@ def _stale_after() -> float:
 
 
 def list_rows(*, status: str | None, agent: str | None, agent_version: str | None,
-              tenant: str | None, stale: bool, limit: int) -> list[dict[str, Any]]:
+              tenant: str | None, stale: bool, limit: int, parent: str | None = None
+              ) -> list[dict[str, Any]]:
     """The runs matching the filters, newest first, with plan progress."""
     aw = client()
     found = aw.list_runs(status=status, agent=agent, agent_version=agent_version,
-                         tenant=tenant, stale=stale, limit=limit)
+                         tenant=tenant, stale=stale, limit=limit, parent=parent)
     states = stats.latest_checkpoints(sql_store(), [r.id for r in found])
     at, stale_after = now(), _stale_after()
     return [views.run_summary(r, states.get(r.id), at, stale_after) for r in found]
@@ -63,6 +65,9 @@ def list_runs(
     agent_version: Annotated[str | None, typer.Option(help="Only runs started on this "
                                                            "agent version.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's runs.")] = None,
+    parent: Annotated[str | None, typer.Option(help="Only the child runs (and forks) of this "
+                                                    "run (with --watch: a fan-out's "
+                                                    "progress).")] = None,
     stale: Annotated[bool, typer.Option(help="Only queued/running runs with no checkpoint for "
                                              "AGENT_WORKER_STALE_AFTER_SECONDS.")] = False,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs.")] = 100,
@@ -92,7 +97,7 @@ def list_runs(
                 json_out=json_out)
         return
     filters: dict[str, Any] = dict(status=status, agent=agent, agent_version=agent_version,
-                                   tenant=tenant, stale=stale, limit=limit)
+                                   tenant=tenant, stale=stale, limit=limit, parent=parent)
     if not watch:
         rows = list_rows(**filters)
         if json_out:
@@ -195,10 +200,14 @@ def show(
     if laps:
         lap_rows = lap_records(run.id, last=last)
         detail["laps"] = lap_rows
+    detail["tree"] = run_tree(aw.rt.store, run.id)
     if json_out:
         emit_json(detail)
         return
     console.print(render.run_panel(detail, at))
+    tree = render_tree(run.id, detail["tree"])
+    if tree is not None:
+        console.print(tree)
     for lap in lap_rows:
         console.print(render.lap_line(lap))
 

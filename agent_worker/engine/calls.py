@@ -17,8 +17,9 @@ from pydantic import BaseModel, ValidationError
 
 from agent_worker.agent import Agent
 from agent_worker.checkpoint import PendingCall
+from agent_worker.children import StartChildren
 from agent_worker.constants import effect_key
-from agent_worker.engine import admit, policy
+from agent_worker.engine import admit, children, policy
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.engine.progress import CallBeat
 from agent_worker.errors import (
@@ -85,6 +86,9 @@ class CallRunner:
         # Signals taken by earlier calls of this lap: they are marked delivered
         # only when the lap commits, so a second wait in the same lap must skip them.
         self._taken: set[int] = set()
+        #: What children collected in this lap spent; the lap charges it to the
+        #: parent's ledger in its commit (``engine.children.charge``).
+        self.children_spent: list[tuple[int, int, int]] = []
 
     def run(self, pc: PendingCall) -> Done | Pause:
         tool = self.agent.tool(pc.call.name)
@@ -243,11 +247,14 @@ class CallRunner:
     # --- execution ------------------------------------------------------------
 
     def _invoke_read(self, pc: PendingCall, tool: Tool, args: BaseModel,
-                     ctx: ToolContext) -> Done:
+                     ctx: ToolContext) -> Done | Pause:
         try:
-            return self._sized(pc, self._admit(self._invoke(tool, args, ctx)))
+            value = self._invoke(tool, args, ctx)
         except ToolError as e:
             return _result(pc, self._error_text(e), error=True)
+        if isinstance(value, StartChildren):
+            return self._start_children(pc, ctx.idempotency_key, value, journaled=False)
+        return self._sized(pc, self._admit(value))
 
     def _admit(self, value: Any) -> Any:
         """What the ledger keeps of a tool's value (``engine.admit``)."""
@@ -289,6 +296,8 @@ class CallRunner:
 
     def _replay(self, pc: PendingCall, tool: Tool, args: BaseModel, ctx: ToolContext,
                 row: EffectRecord) -> Done | Pause:
+        if row.status == "applied" and children.is_marker(row.result):
+            return self._await_children(pc, row.result)
         if row.status in ("applied", "compensated"):
             # Admitted again: a row written before results were bounded may be large.
             return self._sized(pc, self._admit(row.result))
@@ -324,6 +333,8 @@ class CallRunner:
             error = self._error_text(e)
             self._finish(ctx.idempotency_key, "failed", None, error=error)
             return _result(pc, error, error=True)
+        if isinstance(value, StartChildren):
+            return self._start_children(pc, ctx.idempotency_key, value, journaled=True)
         fault("after_apply", scope=tool.name)
         kept = self._admit(value)
         self._finish(ctx.idempotency_key, "applied", kept)
@@ -352,6 +363,32 @@ class CallRunner:
                      error=f"{self._error_text(e)}; the call may still land, so whether it "
                            "did is unknown")
         return Pause("waiting", WaitingFor.effect(key), None, pc)
+
+    # --- child runs (engine.children) -------------------------------------------
+
+    def _start_children(self, pc: PendingCall, key: str, request: StartChildren, *,
+                        journaled: bool) -> Done | Pause:
+        """Start the children once (a limit or bad input is the model's tool
+        error), record the marker, then wait for them."""
+        try:
+            marker = children.begin(self.rt, self.claim, key, request)
+        except InvalidInputError as e:
+            error = self._error_text(e)
+            if journaled:
+                self._finish(key, "failed", None, error=error)
+            return _result(pc, error, error=True)
+        if journaled:
+            self._finish(key, "applied", marker)
+        return self._await_children(pc, marker)
+
+    def _await_children(self, pc: PendingCall, marker: dict[str, Any]) -> Done | Pause:
+        got = children.outcome(self.rt, marker)
+        if isinstance(got, WaitingFor):
+            paused = pc if pc.paused_at else pc.model_copy(
+                update={"paused_at": self.rt.clock.now()})
+            return Pause("waiting", got, None, paused)
+        self.children_spent.append(got.spent)
+        return self._sized(pc, self._admit(got.result))
 
     def _finish(self, key: str, status: EffectStatus, result: Any,
                 error: str | None = None) -> None:

@@ -27,7 +27,7 @@ from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
-from agent_worker.engine import admit, parallel
+from agent_worker.engine import admit, children, parallel
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
@@ -49,7 +49,7 @@ from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runstate import StateDraft, apply_edit
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import clean, reduced
-from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, RunStatus, WaitingFor
+from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, TERMINAL, RunStatus, WaitingFor
 from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
@@ -141,6 +141,8 @@ def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any]
                           fence_cancel=fence_cancel)
     if ok and update.enqueue and update.status == "queued" and update.wake_at is None:
         rt.send_all([_due(claim, claim.lap)])
+    if ok and update.status in TERMINAL:
+        children.wake_parent(rt, claim.run)
     return ok
 
 
@@ -261,6 +263,7 @@ def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
             error_detail=run.error_detail), {"kind": "finished", "status": "failed"},
             fence_cancel=False)
         return "finished"
+    children.cancel_all(rt, run)
     unsettled = reconcile(rt, agent, run.id)
     if unsettled is not None:
         # Undoing (or not) a call nobody knows landed is a human's decision;
@@ -343,6 +346,7 @@ class _Lap:
             # there would split the assistant's tool calls from their results.
             edits = self._apply_edits(draft, results)
         ledger = ckpt.budget.charge(usage, cost) if usage is not None else ckpt.budget
+        ledger = children.charge(ledger, runner.children_spent)
         summary = self._compaction(ckpt, seq + len(results))
         summary_seq = ckpt.summary_seq
         if summary is not None:
@@ -384,6 +388,7 @@ class _Lap:
             # run instead (store.wakeups): send it like any queued run.
             _resend_orphan(self.rt, self.claim)
         if update.status in ENDED_BY_LAP:
+            children.wake_parent(self.rt, claim.run)
             return "finished"
         return "paused" if pause else "committed"
 

@@ -1,7 +1,9 @@
-"""A new run's first row, built once for every way a run starts: the public
-API's ``start_run`` and a schedule's firing (``engine.schedules``). Input is
-admitted by the same rule in both, so a schedule refuses at creation the
-input its firings would be refused."""
+"""A new run's first state (its row, checkpoint 0 and first message), built
+once for every way a run starts: the public API's ``start_run``, a schedule's
+firing (``engine.schedules``) and a child run (``engine.children``). Input is
+admitted by the same rule in all of them, so a schedule refuses at creation
+the input its firings would be refused, and a child the input its parent's
+tool could not have given a run started by hand."""
 
 from __future__ import annotations
 
@@ -17,9 +19,18 @@ from agent_worker.checkpoint import Checkpoint, dump_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.errors import InvalidInputError, PayloadTooLargeError
 from agent_worker.messages import Message
+from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings
 from agent_worker.untrusted import clean
 from store.base import NewRun
+
+
+def json_size(value: Any, what: str) -> int:
+    """The size of ``value`` as JSON; refused if it is not JSON at all."""
+    try:
+        return len(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
 
 
 def admit_input(spec: Agent, input: Any, settings: Settings) -> Any:
@@ -31,10 +42,7 @@ def admit_input(spec: Agent, input: Any, settings: Settings) -> Any:
         PayloadTooLargeError: over ``max_input_bytes``.
     """
     input = clean(input, max_depth=settings.max_json_depth, what="input", strict=True)
-    try:
-        size = len(json.dumps(input, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"input must be JSON-serialisable: {e}") from e
+    size = json_size(input, "input")
     if size > settings.max_input_bytes:
         raise PayloadTooLargeError(
             f"input is {size} bytes; the limit is {settings.max_input_bytes}")
@@ -47,11 +55,14 @@ def admit_input(spec: Agent, input: Any, settings: Settings) -> Any:
 
 
 def new_run(spec: Agent, input: Any, *, run_id: str, tenant: str | None,
-            budget: Budget | None, now: datetime,
-            labels: dict[str, str] | None = None) -> NewRun:
+            budget: Budget | None, now: datetime, labels: dict[str, str] | None = None,
+            limits: Budget | None = None) -> NewRun:
     """The row, checkpoint 0 and first message of a run of ``spec`` on an
-    already admitted ``input``. ``budget`` only tightens the agent's limits."""
-    limits = spec.budget.tightened_by(budget)
+    already admitted ``input``. ``budget`` only tightens the agent's limits;
+    ``limits``, when given, are the run's limits as the caller computed them
+    (a child's share of its parent's budget)."""
+    if limits is None:
+        limits = spec.budget.tightened_by(budget)
     first = Message(role="user", content=input if isinstance(input, str)
                     else json.dumps(input, sort_keys=True))
     checkpoint = Checkpoint(lap=0, agent_name=spec.name, agent_version=spec.version,
@@ -63,4 +74,17 @@ def new_run(spec: Agent, input: Any, *, run_id: str, tenant: str | None,
         messages=[first], now=now, labels=labels)
 
 
-__all__ = ["admit_input", "new_run"]
+def admitted_run(rt: Runtime, spec: Agent, input: Any, *, run_id: str, tenant: str | None,
+                 limits: Budget) -> NewRun:
+    """``new_run`` on ``input`` once admitted, with the runtime's clock: a
+    child run, whose limits are its share of the parent's budget.
+
+    Raises:
+        InvalidInputError: the input is not JSON, or not what the agent takes.
+        PayloadTooLargeError: it is larger than ``max_input_bytes``.
+    """
+    return new_run(spec, admit_input(spec, input, rt.settings), run_id=run_id, tenant=tenant,
+                   budget=None, now=rt.clock.now(), limits=limits)
+
+
+__all__ = ["admit_input", "admitted_run", "json_size", "new_run"]

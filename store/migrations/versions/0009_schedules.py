@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0009_schedules'
-down_revision = '0005_run_state_labels'
+down_revision = '0007_child_runs'
 branch_labels = None
 depends_on = None
 
