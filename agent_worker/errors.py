@@ -84,6 +84,8 @@ class UnknownScheduleError(NotFoundError):
 class InvalidStateError(AgentWorkerError):
     """Raised when an operation does not fit the run's current status."""
 
+    code = "invalid_state"
+
 
 class ChildLimitError(InvalidInputError):
     """Raised when starting child runs would pass a limit (depth, children per
@@ -91,8 +93,6 @@ class ChildLimitError(InvalidInputError):
     model as a tool error."""
 
     code = "child_limit"
-
-    code = "invalid_state"
 
 
 class AlreadyDecidedError(InvalidStateError):

@@ -404,7 +404,7 @@ def _planner(r: ModelRequest) -> ModelResponse:
 
 
 def _register_planner() -> None:
-    from agent_worker.state_tools import state_tools
+    from agent_worker.state_toolkit import state_tools
     register(Agent(name="planner", model=lambda: ScriptedModel(_planner),
                    tools=[*state_tools, step], window_messages=6, compact_after=3))
 

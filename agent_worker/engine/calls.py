@@ -147,7 +147,7 @@ class CallRunner:
     # --- run state --------------------------------------------------------------
 
     def _write_state(self, pc: PendingCall, tool: Tool, args: BaseModel) -> Done:
-        """A built-in state tool (``agent_worker.state_tools``): written to the
+        """A built-in state tool (``agent_worker.state_toolkit``): written to the
         lap's draft, stored by the lap's commit; a refused write (over a bound)
         goes back to the model as a tool error."""
         if self.state is None:

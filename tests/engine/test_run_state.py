@@ -17,7 +17,7 @@ from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
 from agent_worker.errors import InvalidStateError, StateLimitError, UnknownRunError
 from agent_worker.messages import ModelRequest, ModelResponse
-from agent_worker.state_tools import state_tools
+from agent_worker.state_toolkit import state_tools
 from store.sql import SqlStore
 from store.state import state_edits
 
