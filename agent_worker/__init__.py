@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import retry as retry
     from agent_worker.api import send_signal as send_signal
     from agent_worker.api import start_run as start_run
+    from agent_worker.api import stream as stream
     from agent_worker.api import wait as wait
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ModelClient as ModelClient
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
+    from agent_worker.streaming import StreamEvent as StreamEvent
     from agent_worker.tools import Tool as Tool
     from agent_worker.tools import ToolContext as ToolContext
     from agent_worker.tools import tool as tool
@@ -55,7 +57,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
     "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
                          "get_run", "list_runs", "reject", "retry", "send_signal",
-                         "start_run", "wait"),
+                         "start_run", "wait",
+                         "stream"),
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
@@ -64,6 +67,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
     "agent_worker.tools": ("Tool", "ToolContext", "tool"),
+    "agent_worker.streaming": ("StreamEvent",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

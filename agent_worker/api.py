@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -34,6 +34,8 @@ from agent_worker.errors import (
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
+from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent
+from agent_worker.streaming import stream as _stream
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
 from store.base import (
@@ -318,6 +320,19 @@ class AgentWorker:
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
         return self.rt.store.list_events(_ref(run_id), after_id=after_id)
 
+    def stream(self, run_id: str, *, after: int = 0,
+               poll_seconds: float = DEFAULT_POLL_SECONDS) -> Iterator[StreamEvent]:
+        """Every event of ``run_id`` after event id ``after`` as it commits (lap
+        commits with their tool calls and results, pauses, signals, decisions),
+        ending with an ``end`` event once the run has finished; resume with the
+        last id seen: no gap, no duplicate (``agent_worker.streaming``).
+
+        Raises:
+            UnknownRunError: no such run.
+            InvalidInputError: ``after`` is not an event id.
+        """
+        return _stream(self, run_id, after=after, poll_seconds=poll_seconds)
+
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
         """A new run starting from ``run_id``'s state after ``lap``; the original
@@ -410,6 +425,11 @@ def get_run(run_id: str) -> RunRecord:
     return client().get_run(run_id)
 
 
+def stream(run_id: str, *, after: int = 0) -> Iterator[StreamEvent]:
+    """Follow a run on the default handle; see ``AgentWorker.stream``."""
+    return client().stream(run_id, after=after)
+
+
 def wait(run_id: str, timeout: float | None = None) -> RunRecord:
     return client().wait(run_id, timeout)
 
@@ -445,4 +465,4 @@ def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str |
 
 
 __all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "fork",
-           "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]
+           "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "stream", "wait"]
