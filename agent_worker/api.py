@@ -36,6 +36,7 @@ from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
 from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent
 from agent_worker.streaming import stream as _stream
+from agent_worker.tracing import check_traceparent, current_traceparent
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
 from store.base import (
@@ -86,9 +87,13 @@ class AgentWorker:
 
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
-                  budget: Budget | None = None) -> RunRecord:
+                  budget: Budget | None = None, traceparent: str | None = None) -> RunRecord:
         """Create a run and send its first lap; with a ``run_id`` a retried call
         returns the existing run instead of starting a second one.
+
+        ``traceparent`` (W3C trace context; by default the caller's active
+        OpenTelemetry span, if any) is stored with the run, so every lap's
+        trace hangs under the caller's span (``agent_worker.tracing``).
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
@@ -110,6 +115,8 @@ class AgentWorker:
                 input = spec.input_model.model_validate(input or {}).model_dump(mode="json")
             except ValidationError as e:
                 raise InvalidInputError(f"invalid input for {name}: {e}") from e
+        traceparent = (check_traceparent(traceparent) if traceparent is not None
+                       else current_traceparent())
         # A caller narrows the agent's limits, never lifts them (issue 16).
         limits = spec.budget.tightened_by(budget)
         now = self.rt.clock.now()
@@ -121,7 +128,7 @@ class AgentWorker:
             id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
             input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
             checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-            messages=[first], now=now))
+            messages=[first], now=now, traceparent=traceparent))
         if not created:
             if run.agent_name != spec.name:
                 raise InvalidInputError(
@@ -415,10 +422,10 @@ def _load_agents(modules: str) -> None:
 
 def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = None,
               tenant: str | None = None, version: str | None = None,
-              budget: Budget | None = None) -> RunRecord:
+              budget: Budget | None = None, traceparent: str | None = None) -> RunRecord:
     """Start a run on the default handle; see ``AgentWorker.start_run``."""
     return client().start_run(agent, input, run_id=run_id, tenant=tenant, version=version,
-                              budget=budget)
+                              budget=budget, traceparent=traceparent)
 
 
 def get_run(run_id: str) -> RunRecord:

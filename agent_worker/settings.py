@@ -143,6 +143,14 @@ class Settings(BaseSettings):
     prune_batch_size: int = Field(
         500, gt=0, description="Rows deleted per prune transaction, so pruning never blocks laps."
     )
+    trace_export: str = Field(
+        "",
+        pattern=r"^(|otlp|file:.+)$",
+        description="Where workers send OpenTelemetry lap traces: empty (off, no cost), `otlp` "
+        "(needs `pip install 'agent-worker[otlp]'`; endpoint and headers from the standard "
+        "`OTEL_EXPORTER_OTLP_*` variables) or `file:PATH` (one JSON span per line, for tests "
+        "and debugging).",
+    )
 
 
 @lru_cache(maxsize=1)
