@@ -56,7 +56,8 @@ def test_every_lap_hangs_under_the_callers_span(worker: InProcessWorker,
         a = lap["attributes"]
         assert (a["agent_worker.run_id"], a["agent_worker.agent"], a["agent_worker.attempt"]) \
             == (run.id, "loop", 1)
-        assert _hex(lap["context"]["span_id"]) == f"{lap_span_id(run.id, a['agent_worker.lap'], 1):016x}"
+        derived = lap_span_id(run.id, a["agent_worker.lap"], 1)
+        assert _hex(lap["context"]["span_id"]) == f"{derived:016x}"
         children = [s for s in spans if s["parent_id"] == lap["context"]["span_id"]]
         names = [c["name"] for c in children]
         assert names[0] == "claim" and "commit" in names and "chat scripted" in names
