@@ -142,3 +142,34 @@ def test_events_committed_out_of_id_order_are_not_skipped(
         engine.dispose()
     kinds = {e.id: e.kind for e in worker.events(run.id)}
     assert [kinds[i] for i in seen] == ["first", "second"]
+
+
+def test_cli_follow_prints_the_stream_and_resumes(worker: InProcessWorker) -> None:
+    """``runs follow`` prints one JSON line per event, ending with ``end``;
+    ``--after`` resumes; a bad ``--after`` exits 2 (bad input)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import agent_worker.api as api
+    from agent_worker.cli import app, main
+
+    run = worker.start_run("loop", {"laps": 2}, run_id=f"s-{uuid.uuid4().hex[:8]}")
+    worker.run_until_idle()
+    api.configure(worker)
+    try:
+        cli = CliRunner()
+        out = cli.invoke(app, ["runs", "follow", run.id, "--json"])
+        assert out.exit_code == 0, out.output
+        lines = [json.loads(line) for line in out.output.splitlines()]
+        assert [e["kind"] for e in lines] == ["run_created", "lap_committed", "lap_committed",
+                                              "end"]
+        assert lines[1]["messages"][0]["tool_calls"][0]["name"] == "step"
+        again = cli.invoke(app, ["runs", "follow", run.id, "--json", "--after",
+                                 str(lines[1]["id"])])
+        assert [json.loads(x)["kind"] for x in again.output.splitlines()] == [
+            "lap_committed", "end"]
+        assert main(["runs", "follow", run.id, "--after", "-3"]) == 2  # bad input
+        assert main(["runs", "follow", "no-such-run"]) == 3  # not found
+    finally:
+        api.configure(None)
