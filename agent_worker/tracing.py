@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -52,6 +52,7 @@ from store.tracectx import lap_retries, run_traceparent
 
 log = logging.getLogger("agent_worker.tracing")
 
+T = TypeVar("T")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
@@ -86,29 +87,44 @@ class StepSpan:
         """Mark the tool span failed if the tool's result is an error."""
 
 
+class _Same(Generic[T]):
+    """A reusable context manager handing out one value: the no-op hooks
+    allocate nothing per lap (a ``@contextmanager`` builds a generator)."""
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __enter__(self) -> T:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_STEP = StepSpan()
+_NO_STEP_CM = _Same(_NO_STEP)
+
+
 class LapTrace:
     """The hooks the lap engine calls; this base class is the no-op."""
 
     def claimed(self, run: RunRecord) -> None:
         pass
 
-    @contextmanager
-    def step(self, name: str, **attributes: Any) -> Iterator[StepSpan]:
-        yield _NO_STEP
+    def step(self, name: str, **attributes: Any) -> AbstractContextManager[StepSpan]:
+        """A child span of the lap (the model call, the commit)."""
+        return _NO_STEP_CM
 
     def tool_step(self, run_id: str, pc: PendingCall) -> AbstractContextManager[StepSpan]:
         """A tool call's span, with the gen_ai.* tool attributes and its effect key."""
-        return self.step(f"execute_tool {pc.call.name}", **{
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": pc.call.name,
-            "gen_ai.tool.call.id": pc.call.id,
-            "agent_worker.effect_key": f"{run_id}:{pc.lap}:{pc.index}"})
+        return _NO_STEP_CM
 
     def end(self, outcome: str) -> None:
         pass
 
 
-_NO_STEP = StepSpan()
 NOOP = LapTrace()
+_NO_LAP_CM = _Same(NOOP)
 _current: ContextVar[LapTrace] = ContextVar("agent_worker_lap_trace", default=NOOP)
 
 
@@ -117,13 +133,15 @@ def current() -> LapTrace:
     return _current.get()
 
 
-@contextmanager
-def lap_trace(rt: Runtime, run_id: str, lap: int) -> Iterator[LapTrace]:
+def lap_trace(rt: Runtime, run_id: str, lap: int) -> AbstractContextManager[LapTrace]:
     """Trace one lap attempt; the no-op unless ``trace_export`` is set."""
     if not rt.settings.trace_export:
-        yield NOOP
-        return
-    tr = _OtelLapTrace(rt, run_id, lap, _tracer(rt.settings.trace_export))
+        return _NO_LAP_CM
+    return _traced(_OtelLapTrace(rt, run_id, lap, _tracer(rt.settings.trace_export)))
+
+
+@contextmanager
+def _traced(tr: _OtelLapTrace) -> Iterator[LapTrace]:
     token = _current.set(tr)
     try:
         yield tr
@@ -226,15 +244,23 @@ class _OtelLapTrace(LapTrace):
                                                  "lease lapsed before it committed"))
         span.end(end_time=self.started)
 
-    @contextmanager
-    def step(self, name: str, **attributes: Any) -> Iterator[StepSpan]:
+    def step(self, name: str, **attributes: Any) -> AbstractContextManager[StepSpan]:
         if self.span is None:
-            yield _NO_STEP
-            return
+            return _NO_STEP_CM
+        return self._step(self.span, name, attributes)
+
+    @contextmanager
+    def _step(self, lap: Span, name: str, attributes: dict[str, Any]) -> Iterator[StepSpan]:
         with self.tracer.start_as_current_span(
-                name, context=trace.set_span_in_context(self.span),
+                name, context=trace.set_span_in_context(lap),
                 attributes=attributes, record_exception=True) as span:
             yield _OtelStep(span)
+
+    def tool_step(self, run_id: str, pc: PendingCall) -> AbstractContextManager[StepSpan]:
+        return self.step(f"execute_tool {pc.call.name}", **{
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": pc.call.name,
+            "gen_ai.tool.call.id": pc.call.id,
+            "agent_worker.effect_key": f"{run_id}:{pc.lap}:{pc.index}"})
 
     def end(self, outcome: str) -> None:
         if self.span is None:
