@@ -230,6 +230,7 @@ RULES: list[tuple[str, Check]] = [
     (r"make [a-z -]+", make_dry),
     (r"agent-worker submit\|.*|agent-worker (effects resolve KEY|retry RUN).*"
      r"|python -m bench\.\w+( .*)?", usage),
+    (r"agent-worker runs follow RUN .*", usage),
     (r"(useradd|python3\.11 -m venv|/opt/agent-worker/venv/bin/pip|install|\$EDITOR|cp"
      r"|systemctl|docker compose|kubectl) .*|kubectl kustomize", host),
 ]
