@@ -13,6 +13,12 @@ id is the caller's (the W3C ``traceparent`` captured by ``start_run`` and
 stored in the ``run_created`` event), else derived from the run id, so every
 lap of a run on every worker lands in one trace.
 
+A lap whose attempts were reset (a budget pause, an unknown effect, a
+failure that starts the ending) numbers them from 1 again, so two spans of
+one lap may share an id in that rare case; a lap span that ended as ``lost``
+(its lease lapsed while it still ran) may also be emitted again as lost by
+the next attempt. Both are cosmetic: no lap is traced as committed twice.
+
 Off by default (``AGENT_WORKER_TRACE_EXPORT`` empty): ``lap_trace`` hands out a
 shared no-op whose hooks do nothing; ``bench/tracing_overhead.py`` measures it.
 """
