@@ -138,10 +138,12 @@ def follow(source: EventSource, run_id: str, *, after: int = 0,
 def stream(source: EventSource, run_id: str, *, after: int = 0,
            poll_seconds: float = DEFAULT_POLL_SECONDS) -> Iterator[StreamEvent]:
     """Every event of ``run_id`` after event id ``after``, as it commits,
-    until the run ends (see the module docstring)."""
-    for event in follow(source, run_id, after=after, poll_seconds=poll_seconds):
-        if event is not None:
-            yield event
+    until the run ends (see the module docstring). A bad ``after`` or an
+    unknown run raises here, at the call, not at the first ``next``."""
+    after = check_after(after)
+    source.get_run(run_id)
+    return (e for e in follow(source, run_id, after=after, poll_seconds=poll_seconds)
+            if e is not None)
 
 
 def _ending(run: RunRecord) -> dict[str, Any]:
