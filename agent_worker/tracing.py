@@ -31,20 +31,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 
@@ -52,6 +46,7 @@ from agent_worker.checkpoint import PendingCall
 from agent_worker.errors import ConfigurationError, InvalidInputError
 from agent_worker.messages import Message, ModelResponse
 from agent_worker.runtime import Runtime
+from agent_worker.tracing_export import span_processor
 from store.base import RunRecord
 from store.sqlbase import SqlBase
 from store.tracectx import lap_retries, run_traceparent
@@ -143,7 +138,14 @@ def lap_trace(rt: Runtime, run_id: str, lap: int) -> AbstractContextManager[LapT
     """Trace one lap attempt; the no-op unless ``trace_export`` is set."""
     if not rt.settings.trace_export:
         return _NO_LAP_CM
-    return _traced(_OtelLapTrace(rt, run_id, lap, _tracer(rt.settings.trace_export)))
+    try:
+        tracer = _tracer(rt.settings.trace_export)
+    except ConfigurationError as e:
+        # Nothing escapes run_lap: a misconfigured exporter costs the traces,
+        # never the lap (logged on every lap, so it is not missed).
+        log.error("lap tracing is off: %s", e)
+        return _NO_LAP_CM
+    return _traced(_OtelLapTrace(rt, run_id, lap, tracer))
 
 
 @contextmanager
@@ -306,24 +308,6 @@ def _parent_context(traceparent: str | None) -> Any:
     return trace.set_span_in_context(NonRecordingSpan(parent))
 
 
-class JsonLinesExporter(SpanExporter):
-    """Spans as JSON lines appended to a file (tests, debugging): one
-    ``write`` per span on an ``O_APPEND`` file, so the processes of a fleet
-    can share one file."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            for span in spans:
-                os.write(fd, (span.to_json(indent=None) + "\n").encode())
-        finally:
-            os.close(fd)
-        return SpanExportResult.SUCCESS
-
-
 _lock = threading.Lock()
 _tracers: dict[tuple[int, str], trace.Tracer] = {}
 
@@ -339,28 +323,10 @@ def _tracer(export: str) -> trace.Tracer:
         if found is None:
             provider = TracerProvider(resource=Resource.create({"service.name": "agent-worker"}),
                                       id_generator=_DerivedIds())
-            provider.add_span_processor(_processor(export))
+            provider.add_span_processor(span_processor(export))
             found = _tracers[key] = provider.get_tracer("agent_worker")
         return found
 
 
-def _processor(export: str) -> SimpleSpanProcessor | BatchSpanProcessor:
-    if export.startswith("file:"):
-        return SimpleSpanProcessor(JsonLinesExporter(export[len("file:"):]))
-    if export == "otlp":
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                OTLPSpanExporter,
-            )
-        except ImportError as e:
-            raise ConfigurationError(
-                "AGENT_WORKER_TRACE_EXPORT=otlp needs the OTLP exporter: "
-                "pip install 'agent-worker[otlp]'") from e
-        # Endpoint, headers and timeout from the standard OTEL_EXPORTER_OTLP_* variables.
-        return BatchSpanProcessor(OTLPSpanExporter())
-    raise ConfigurationError(
-        f"AGENT_WORKER_TRACE_EXPORT must be empty, 'otlp' or 'file:PATH', not {export!r}")
-
-
-__all__ = ["NOOP", "JsonLinesExporter", "LapTrace", "StepSpan", "check_traceparent",
+__all__ = ["NOOP", "LapTrace", "StepSpan", "check_traceparent",
            "current", "current_traceparent", "lap_span_id", "lap_trace"]

@@ -103,3 +103,15 @@ def test_off_writes_nothing(dialect_url: str, spans_file: Path) -> None:
     finally:
         w.close()
     assert not spans_file.exists()
+
+
+def test_an_exporter_that_cannot_start_costs_the_traces_not_the_lap(tmp_path: Path) -> None:
+    """``otlp`` without the extra installed (as here) or an unknown value:
+    laps run untraced, with an error logged, instead of failing."""
+    w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", trace_export="bogus")
+    try:
+        run = w.start_run("loop", {"laps": 1})
+        w.run_until_idle()
+        assert w.get_run(run.id).status == "succeeded"
+    finally:
+        w.close()
