@@ -20,6 +20,7 @@ from agent_worker.sse import create_app
 def worker(dialect_url: str) -> Iterator[InProcessWorker]:
     w = InProcessWorker(dialect_url)
     yield w
+    w.run_until_idle()  # no run left queued on the shared database for later tests' sweeps
     w.close()
 
 

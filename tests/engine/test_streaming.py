@@ -23,6 +23,7 @@ from agent_worker.streaming import StreamEvent, follow
 def worker(dialect_url: str) -> Iterator[InProcessWorker]:
     w = InProcessWorker(dialect_url, retry_backoff_seconds=0)
     yield w
+    w.run_until_idle()  # no run left queued on the shared database for later tests' sweeps
     w.close()
 
 
