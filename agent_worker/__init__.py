@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import send_signal as send_signal
     from agent_worker.api import start_child as start_child
     from agent_worker.api import start_run as start_run
+    from agent_worker.api import stream as stream
     from agent_worker.api import trigger_schedule as trigger_schedule
     from agent_worker.api import update_state as update_state
     from agent_worker.api import wait as wait
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
     from agent_worker.state_toolkit import state_tools as state_tools
+    from agent_worker.streaming import StreamEvent as StreamEvent
     from agent_worker.tools import Tool as Tool
     from agent_worker.tools import ToolContext as ToolContext
     from agent_worker.tools import tool as tool
@@ -70,8 +72,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
     "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
                          "get_run", "get_state", "list_runs", "reject", "retry",
-                         "search_runs", "send_signal", "start_child", "start_run", "update_state",
-                         "wait",
+                         "search_runs", "send_signal", "start_child", "start_run", "stream",
+                         "update_state", "wait",
                          # durable schedules (issue 19)
                          "delete_schedule", "list_schedules", "pause_schedule",
                          "resume_schedule", "schedule", "trigger_schedule"),
@@ -86,6 +88,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
     "agent_worker.state_toolkit": ("state_tools",),
     "agent_worker.tools": ("Tool", "ToolContext", "tool"),
+    "agent_worker.streaming": ("StreamEvent",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

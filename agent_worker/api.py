@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -45,6 +46,9 @@ from agent_worker.steering import (
     state_edit,
     state_view,
 )
+from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent
+from agent_worker.streaming import stream as _stream
+from agent_worker.tracing import check_traceparent, current_traceparent
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 from store.base import (
@@ -93,12 +97,16 @@ class AgentWorker(ScheduleVerbs):
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
                   budget: Budget | None = None,
-                  labels: Mapping[str, str] | None = None) -> RunRecord:
+                  labels: Mapping[str, str] | None = None,
+                  traceparent: str | None = None) -> RunRecord:
         """Create a run and send its first lap; with a ``run_id`` a retried call
         returns the existing run instead of starting a second one.
 
         ``labels`` (``{"customer": "acme-42"}``) tag the run for ``search_runs``
-        (``steering.check_labels`` gives the rules).
+        (``steering.check_labels`` gives the rules). ``traceparent`` (W3C trace
+        context; by default the caller's active OpenTelemetry span, if any) is
+        stored with the run, so every lap's trace hangs under the caller's span
+        (``agent_worker.tracing``).
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
@@ -112,10 +120,12 @@ class AgentWorker(ScheduleVerbs):
             _check_id(tenant, "tenant")
         checked_labels = check_labels(labels, self.rt.settings)
         input = admit_input(spec, input, self.rt.settings)
+        traceparent = (check_traceparent(traceparent) if traceparent is not None
+                       else current_traceparent())
         # A caller narrows the agent's limits, never lifts them (issue 16).
-        run, created = self.rt.store.create_run(new_run(
-            spec, input, run_id=run_id, tenant=tenant, budget=budget, now=self.rt.clock.now(),
-            labels=checked_labels))
+        new = new_run(spec, input, run_id=run_id, tenant=tenant, budget=budget,
+                      now=self.rt.clock.now(), labels=checked_labels)
+        run, created = self.rt.store.create_run(replace(new, traceparent=traceparent))
         if not created:
             if run.agent_name != spec.name:
                 raise InvalidInputError(
@@ -437,6 +447,19 @@ class AgentWorker(ScheduleVerbs):
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
         return self.rt.store.list_events(_ref(run_id), after_id=after_id)
 
+    def stream(self, run_id: str, *, after: int = 0,
+               poll_seconds: float = DEFAULT_POLL_SECONDS) -> Iterator[StreamEvent]:
+        """Every event of ``run_id`` after event id ``after`` as it commits (lap
+        commits with their tool calls and results, pauses, signals, decisions),
+        ending with an ``end`` event once the run has finished; resume with the
+        last id seen: no gap, no duplicate (``agent_worker.streaming``).
+
+        Raises:
+            UnknownRunError: no such run.
+            InvalidInputError: ``after`` is not an event id.
+        """
+        return _stream(self, run_id, after=after, poll_seconds=poll_seconds)
+
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
         """A new run starting from ``run_id``'s state after ``lap``; the original
@@ -548,10 +571,11 @@ def _load_agents(modules: str) -> None:
 def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = None,
               tenant: str | None = None, version: str | None = None,
               budget: Budget | None = None,
-              labels: Mapping[str, str] | None = None) -> RunRecord:
+              labels: Mapping[str, str] | None = None,
+              traceparent: str | None = None) -> RunRecord:
     """Start a run on the default handle; see ``AgentWorker.start_run``."""
     return client().start_run(agent, input, run_id=run_id, tenant=tenant, version=version,
-                              budget=budget, labels=labels)
+                              budget=budget, labels=labels, traceparent=traceparent)
 
 
 def start_child(parent_run_id: str, agent: str | Agent, input: Any = None, *, key: str,
@@ -580,6 +604,11 @@ def update_state(run_id: str, *, facts: Mapping[str, Any] | None = None,
 def search_runs(**filters: Any) -> RunPage:
     """One page of runs; see ``AgentWorker.search_runs``."""
     return client().search_runs(**filters)
+
+
+def stream(run_id: str, *, after: int = 0) -> Iterator[StreamEvent]:
+    """Follow a run on the default handle; see ``AgentWorker.stream``."""
+    return client().stream(run_id, after=after)
 
 
 def wait(run_id: str, timeout: float | None = None) -> RunRecord:
@@ -646,4 +675,5 @@ def trigger_schedule(name: str) -> RunRecord | None:
 __all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "delete_schedule",
            "fork", "get_run", "get_state", "list_runs", "list_schedules", "pause_schedule",
            "reject", "resume_schedule", "retry", "schedule", "search_runs", "send_signal",
-           "start_child", "start_run", "trigger_schedule", "update_state", "wait"]
+           "start_child", "start_run", "stream", "trigger_schedule", "update_state",
+           "wait"]

@@ -190,6 +190,14 @@ class Settings(BaseSettings):
         "whatever its catch-up policy) until this long after it; older ones were missed while "
         "beat was down."
     )
+    trace_export: str = Field(
+        "",
+        pattern=r"^(|otlp|file:.+)$",
+        description="Where workers send OpenTelemetry lap traces: empty (off, no cost), `otlp` "
+        "(needs `pip install 'agent-worker[otlp]'`; endpoint and headers from the standard "
+        "`OTEL_EXPORTER_OTLP_*` variables) or `file:PATH` (one JSON span per line, for tests "
+        "and debugging).",
+    )
 
 
 @lru_cache(maxsize=1)

@@ -191,6 +191,9 @@ class NewRun:
     forked_from_lap: int | None = None
     start_lap: int = 0
     labels: dict[str, str] | None = None
+    #: The caller's W3C trace context, kept in the ``run_created`` event so
+    #: every lap's trace hangs under the caller's span (``agent_worker.tracing``).
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)

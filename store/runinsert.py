@@ -48,7 +48,8 @@ def create_run_tx(conn: Connection, new: NewRun) -> tuple[RunRecord, bool]:
         )
     record_event_tx(conn, new.id, new.start_lap, "run_created",
            {"agent": new.agent_name, "version": new.agent_version,
-            "forked_from": new.parent_run_id}, new.now)
+            "forked_from": new.parent_run_id,
+            **({"traceparent": new.traceparent} if new.traceparent else {})}, new.now)
     row = conn.execute(select(runs).where(runs.c.id == new.id)).one()
     return to_run(row), True
 

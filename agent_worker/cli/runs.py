@@ -31,6 +31,7 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
+from agent_worker.cli.follow import follow
 from agent_worker.cli.tree import render_tree, run_tree
 from agent_worker.engine import progress
 from agent_worker.steering import parse_labels
@@ -38,6 +39,7 @@ from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
 from store import stats
 
 app = typer.Typer(help="List, inspect and follow runs.", no_args_is_help=True)
+app.command("follow")(follow)
 
 
 def _stale_after() -> float:

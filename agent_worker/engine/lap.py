@@ -23,6 +23,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal, cast
 
+from agent_worker import tracing
 from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
@@ -66,8 +67,10 @@ def new_owner() -> str:
 def run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
     """Run lap ``lap`` of ``run_id`` if this delivery may; see module docstring.
     Every log record inside carries the lap's identity (``agent_worker.logs``)."""
-    with lap_context(run_id, lap):
-        return _run_lap(rt, run_id, lap)
+    with lap_context(run_id, lap), tracing.lap_trace(rt, run_id, lap) as trace:
+        outcome = _run_lap(rt, run_id, lap)
+        trace.end(outcome)
+        return outcome
 
 
 def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
@@ -77,6 +80,7 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
                            window_messages=_window_size(rt), served=_served(rt))
     if claim is None:
         return _not_claimed(rt, run_id, lap)
+    tracing.current().claimed(claim.run)
     fault("after_claim")
     run = claim.run
     bind(agent=f"{run.agent_name}@{run.agent_version}", tenant=run.tenant,
@@ -326,7 +330,8 @@ class _Lap:
         signals: list[int] = []
         pause: Pause | None = None
         remaining: list[PendingCall] = []
-        # In the model's order, concurrently where allowed (engine.parallel).
+        # In the model's order, concurrently where allowed (engine.parallel),
+        # each call in its own span (engine.parallel._timed).
         limit = agent.max_parallel_calls or self.rt.settings.max_parallel_calls
         for i, (pc, outcome, took) in enumerate(parallel.outcomes(runner, calls, limit=limit,
                                                                    check=self.hb.check)):
@@ -364,7 +369,8 @@ class _Lap:
             "summary_seq": summary_seq, "schema_version": CHECKPOINT_SCHEMA_VERSION})
         update = self._next_status(assistant, calls, pause)
         self._mark("commit")
-        committed = self.rt.store.commit_lap(LapCommit(
+        with tracing.current().step("commit", **{"agent_worker.status": update.status}):
+            committed = self.rt.store.commit_lap(LapCommit(
             run_id=claim.run.id, lap=claim.lap, owner=claim.owner, messages=new_messages,
             checkpoint=dump_checkpoint(next_ckpt), schema_version=CHECKPOINT_SCHEMA_VERSION,
             update=update,
@@ -417,7 +423,10 @@ class _Lap:
         request = build_request(self.agent, claim.run.id, claim.lap, ckpt, claim.window, key)
         # Admitted before journaling: a replay reads back exactly what this
         # attempt acts on (tool arguments, hence effect keys' argument hashes).
-        response = admit.model_output(self.agent.client().complete(request), self.rt.settings)
+        with tracing.current().step("chat", **{"gen_ai.operation.name": "chat"}) as span:
+            response = admit.model_output(self.agent.client().complete(request),
+                                          self.rt.settings)
+            span.model_response(response)
         message = response.message.model_copy(update={"meta": {
             "usage": response.usage.model_dump(), "model": response.model,
             "stop_reason": response.stop_reason, "key": key}})

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
+from agent_worker import tracing
 from agent_worker.agent import Agent
 from agent_worker.checkpoint import PendingCall
 from agent_worker.engine.calls import CallRunner, Done, Pause
@@ -78,7 +79,9 @@ def outcomes(runner: CallRunner, calls: Sequence[PendingCall], *, limit: int,
 def _timed(runner: CallRunner, pc: PendingCall, check: Callable[[], None]) -> Ran:
     check()
     started = time.perf_counter()
-    outcome = runner.run(pc)
+    with tracing.current().tool_step(runner.run_id, pc) as span:
+        outcome = runner.run(pc)
+        span.tool_result(None if isinstance(outcome, Pause) else outcome.message)
     return pc, outcome, round((time.perf_counter() - started) * 1e3, 2)
 
 

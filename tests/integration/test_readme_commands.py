@@ -233,6 +233,7 @@ RULES: list[tuple[str, Check]] = [
      r"|agent-worker runs state RUN"
      r"|python -m bench\.\w+( .*)?", usage),
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
+    (r"agent-worker runs follow RUN .*", usage),
     (r"(useradd|python3\.11 -m venv|/opt/agent-worker/venv/bin/pip|install|\$EDITOR|cp"
      r"|systemctl|docker compose|kubectl) .*|kubectl kustomize", host),
 ]

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0007_child_runs'
-down_revision = '0005_run_state_labels'
+down_revision = '0006_stream_trace'
 branch_labels = None
 depends_on = None
 
