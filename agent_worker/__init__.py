@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import cancel as cancel
     from agent_worker.api import client as client
     from agent_worker.api import configure as configure
+    from agent_worker.api import connect as connect
     from agent_worker.api import fork as fork
     from agent_worker.api import get_run as get_run
     from agent_worker.api import list_runs as list_runs
@@ -27,11 +28,14 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import send_signal as send_signal
     from agent_worker.api import start_run as start_run
     from agent_worker.api import wait as wait
+    from agent_worker.authorization import AccessRequest as AccessRequest
+    from agent_worker.authorization import RoleAuthorizer as RoleAuthorizer
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
     from agent_worker.control import sleep_tool as sleep_tool
     from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
     from agent_worker.errors import AgentWorkerError as AgentWorkerError
+    from agent_worker.errors import PermissionDeniedError as PermissionDeniedError
     from agent_worker.errors import TaskFailedError as TaskFailedError
     from agent_worker.errors import ToolError as ToolError
     from agent_worker.inprocess import InProcessWorker as InProcessWorker
@@ -43,6 +47,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ModelClient as ModelClient
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
+    from agent_worker.principal import Principal as Principal
     from agent_worker.tools import Tool as Tool
     from agent_worker.tools import ToolContext as ToolContext
     from agent_worker.tools import tool as tool
@@ -53,16 +58,20 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
 #: the two equal).
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
-    "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
+    "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "connect",
+                         "fork",
                          "get_run", "list_runs", "reject", "retry", "send_signal",
                          "start_run", "wait"),
+    "agent_worker.authorization": ("AccessRequest", "RoleAuthorizer"),
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
-    "agent_worker.errors": ("AgentWorkerError", "TaskFailedError", "ToolError"),
+    "agent_worker.errors": ("AgentWorkerError", "PermissionDeniedError", "TaskFailedError",
+                            "ToolError"),
     "agent_worker.inprocess": ("InProcessWorker",),
     "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
+    "agent_worker.principal": ("Principal",),
     "agent_worker.tools": ("Tool", "ToolContext", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

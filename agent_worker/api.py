@@ -4,21 +4,33 @@ approvals, send signals, cancel, retry, fork.
 Every write commits to the store first and only then hands a lap to the
 dispatcher; a send that never arrives is re-sent by the sweeper. Invalid input
 raises ``InvalidInputError`` (or a subclass) before anything is written.
+
+Every call acts as the handle's principal (``agent_worker.principal``): it
+sees only its tenant's runs (another tenant's run is "unknown", and the store's
+transactions are narrowed to the tenant for Postgres row-level security,
+``store.tenancy``), its authorizer decides what it may do
+(``agent_worker.authorization``; a refusal raises ``PermissionDeniedError``
+and is audited), and every action is appended to the audit log in the same
+transaction as the action itself (``store.audit``).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import time
 import uuid
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self, TypeVar, cast
 
 from pydantic import ValidationError
 
 from agent_worker.agent import Agent, registry
+from agent_worker.authorization import AccessRequest, Action, Authorizer, RoleAuthorizer
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
@@ -28,16 +40,22 @@ from agent_worker.errors import (
     InvalidInputError,
     NotFoundError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     ReplayRefusedError,
+    RunIdUnavailableError,
     UnknownRunError,
 )
 from agent_worker.messages import Message
+from agent_worker.principal import Principal, default_principal
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
+from store import audit, tenancy
 from store.base import (
     ApprovalRecord,
+    AuditEntry,
+    AuditRecord,
     DueLap,
     EffectRecord,
     EventRecord,
@@ -48,6 +66,8 @@ from store.base import (
 )
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _check_id(value: str, what: str) -> str:
@@ -74,14 +94,89 @@ def _json_size(value: Any, what: str) -> int:
         raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
 
 
-class AgentWorker:
-    """A handle on one store and one dispatcher; module functions use a default one."""
+def _scoped(method: F) -> F:
+    """Run a verb with the store's transactions narrowed to the principal's
+    tenant (row-level security: a query that forgets its filter sees nothing
+    of other tenants)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    @functools.wraps(method)
+    def inner(self: AgentWorker, *args: Any, **kwargs: Any) -> Any:
+        with tenancy.scope(self.principal.tenant):
+            return method(self, *args, **kwargs)
+
+    return cast(F, inner)
+
+
+class AgentWorker:
+    """A handle on one store and one dispatcher, acting as one principal;
+    module functions use a default one (``connect`` binds another)."""
+
+    def __init__(self, runtime: Runtime, *, principal: Principal | None = None,
+                 authorizer: Authorizer | None = None) -> None:
         self.rt = runtime
+        self.principal = principal or default_principal(runtime.settings)
+        self.authorizer: Authorizer = authorizer or RoleAuthorizer(runtime.settings.role_grants)
+
+    def acting_as(self, principal: Principal, *, authorizer: Authorizer | None = None
+                  ) -> Self:
+        """The same store, dispatcher (and in-process queue) acting as ``principal``."""
+        bound = copy.copy(self)
+        bound.principal = principal
+        if authorizer is not None:
+            bound.authorizer = authorizer
+        return bound
+
+    # --- who acts, and may they -----------------------------------------------
+
+    def _principal(self, by: object = None) -> str:
+        """The one place the actor of a verb comes from: the id of the handle's
+        principal, recorded as ``by``. A ``by`` argument (from a verb written
+        before principals) is ignored: what the store records never comes from
+        free text."""
+        return self.principal.id
+
+    def _visible(self, run_id: str) -> RunRecord:
+        """The run, if the principal's tenant has it; else ``UnknownRunError``
+        whether or not another tenant has one of that id."""
+        run = self.rt.store.get_run(_ref(run_id))
+        if run is None or not self.principal.sees(run.tenant):
+            raise UnknownRunError(f"unknown run {run_id!r}")
+        return run
+
+    def _authorize(self, action: Action, run: RunRecord | None, *, owners: tuple[str, ...] = (),
+                   target: str | None = None) -> None:
+        """Ask the authorizer; a refusal is audited, then raised."""
+        tenant = run.tenant if run is not None else self._own_tenant()
+        request = AccessRequest(action, tenant, run.id if run else None, owners)
+        if self.authorizer(self.principal, request):
+            return
+        why = (f"{action} is decided by members of {', '.join(owners)}" if owners
+               and action in ("approve", "reject") else f"no role allows {action}")
+        self.rt.store.append_audit(AuditEntry(
+            principal=self.principal.id, tenant=tenant, action=action, outcome="refused",
+            run_id=run.id if run else None, target=target, reason=why,
+            changes={"roles": sorted(self.principal.roles)}), now=self.rt.clock.now())
+        raise PermissionDeniedError(f"{self.principal.id} may not {action}"
+                                    + (f" run {run.id}" if run else "") + f": {why}")
+
+    def _own_tenant(self) -> str | None:
+        return None if self.principal.all_tenants else self.principal.tenant
+
+    @contextmanager
+    def _recorded(self, action: Action, run: RunRecord | None, *, target: str | None = None,
+                  reason: str | None = None, changes: dict[str, Any] | None = None,
+                  tenant: str | None = None) -> Iterator[None]:
+        """Append the action's audit entry in the transaction that does it."""
+        entry = AuditEntry(principal=self.principal.id,
+                           tenant=run.tenant if run is not None else tenant, action=action,
+                           run_id=run.id if run is not None else None, target=target,
+                           reason=reason, changes=changes)
+        with audit.pending(entry, now=self.rt.clock.now()):
+            yield
 
     # --- runs ---------------------------------------------------------------
 
+    @_scoped
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
                   budget: Budget | None = None) -> RunRecord:
@@ -90,14 +185,26 @@ class AgentWorker:
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
-        operator uses ``raise_budget``."""
+        operator uses ``raise_budget``.
+
+        The run belongs to the principal's tenant; ``tenant`` may only repeat
+        it (an admin acting across tenants names the tenant here). Run ids are
+        global: an id another tenant uses raises ``RunIdUnavailableError``,
+        which says nothing about that run."""
         name = agent.name if isinstance(agent, Agent) else agent
         if isinstance(agent, Agent) and version is None:
             version = agent.version
         spec = self.rt.registry.get(name, version)
         run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
-        if tenant is not None:
-            _check_id(tenant, "tenant")
+        tenant = self._tenant_of_new_run(tenant)
+        self._authorize("start", None, target=run_id)
+        existing = self._existing(run_id, tenant)
+        if existing is not None:
+            if existing.agent_name != spec.name:
+                raise InvalidInputError(
+                    f"run {run_id} already exists for agent {existing.agent_name}, "
+                    f"not {spec.name}")
+            return existing
         input = self._admit(input, "input")
         size = _json_size(input, "input")
         if size > self.rt.settings.max_input_bytes:
@@ -115,12 +222,18 @@ class AgentWorker:
                         else json.dumps(input, sort_keys=True))
         checkpoint = Checkpoint(lap=0, agent_name=spec.name, agent_version=spec.version,
                                 budget=BudgetLedger.start(limits, now), message_count=1)
-        run, created = self.rt.store.create_run(NewRun(
-            id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
-            input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
-            checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-            messages=[first], now=now))
+        with self._recorded("start", None, tenant=tenant, target=run_id,
+                            changes={"agent": spec.name, "version": spec.version,
+                                     "limits": limits.model_dump(mode="json")}):
+            run, created = self.rt.store.create_run(NewRun(
+                id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
+                input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
+                checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
+                messages=[first], now=now))
         if not created:
+            if run.tenant != tenant:  # raced with another tenant's start of this id
+                raise RunIdUnavailableError(f"run id {run_id!r} is not available; "
+                                            "choose another")
             if run.agent_name != spec.name:
                 raise InvalidInputError(
                     f"run {run_id} already exists for agent {run.agent_name}, not {spec.name}")
@@ -128,29 +241,58 @@ class AgentWorker:
         self._send_next(run)
         return run
 
+    def _tenant_of_new_run(self, tenant: str | None) -> str | None:
+        if tenant is not None:
+            _check_id(tenant, "tenant")
+        if self.principal.all_tenants or tenant in (None, self.principal.tenant):
+            return tenant if self.principal.all_tenants else self.principal.tenant
+        self._authorize_refused("start", tenant, f"tenant {tenant} is not the principal's")
+        raise AssertionError("unreachable")
+
+    def _authorize_refused(self, action: Action, tenant: str | None, why: str) -> None:
+        self.rt.store.append_audit(AuditEntry(
+            principal=self.principal.id, tenant=self._own_tenant(), action=action,
+            outcome="refused", reason=why), now=self.rt.clock.now())
+        raise PermissionDeniedError(f"{self.principal.id} may not {action}: {why}")
+
+    def _existing(self, run_id: str, tenant: str | None) -> RunRecord | None:
+        """The run ``run_id`` if it exists in ``tenant`` (a retried start or
+        fork returns it); ``RunIdUnavailableError`` if the id is another's."""
+        run = self.rt.store.get_run(run_id)
+        if run is None:
+            return None
+        if run.tenant != tenant or not self.principal.sees(run.tenant):
+            raise RunIdUnavailableError(f"run id {run_id!r} is not available; choose another")
+        return run
+
     def _admit(self, value: Any, what: str) -> Any:
         """A caller's JSON value under the rule of ``agent_worker.untrusted``."""
         return clean(value, max_depth=self.rt.settings.max_json_depth, what=what, strict=True)
 
-    def _principal(self, by: str) -> str:
-        """Who acts: free text (an e-mail, a service name), bounded and storable."""
-        return check_text(by, "by", max_chars=self.rt.settings.max_principal_chars)
-
     def _send_next(self, run: RunRecord) -> None:
         self.rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
 
+    @_scoped
     def get_run(self, run_id: str) -> RunRecord:
-        """The run's current record. Raises ``UnknownRunError``."""
-        run = self.rt.store.get_run(_ref(run_id))
-        if run is None:
-            raise UnknownRunError(f"unknown run {run_id!r}")
+        """The run's current record. Raises ``UnknownRunError`` (also for a
+        run of another tenant)."""
+        run = self._visible(run_id)
+        self._authorize("read", run)
         return run
 
+    @_scoped
     def list_runs(self, *, status: RunStatus | None = None, agent: str | None = None,
                   agent_version: str | None = None, tenant: str | None = None,
                   stale: bool = False, limit: int = 100) -> list[RunRecord]:
-        """Runs, newest first; ``stale`` keeps runnable runs with no checkpoint
-        for longer than ``stale_after_seconds``."""
+        """Runs of the principal's tenant, newest first; ``stale`` keeps
+        runnable runs with no checkpoint for longer than ``stale_after_seconds``.
+        ``tenant`` narrows an admin's view across tenants; another tenant's
+        name matches nothing for everyone else."""
+        self._authorize("read", None)
+        if not self.principal.all_tenants:
+            if tenant not in (None, self.principal.tenant):
+                return []
+            tenant = self.principal.tenant
         stale_before = (self.rt.clock.now()
                         - timedelta(seconds=self.rt.settings.stale_after_seconds)
                         if stale else None)
@@ -181,43 +323,66 @@ class AgentWorker:
 
     # --- pauses and decisions -----------------------------------------------
 
-    def approve(self, approval_or_run: str, *, by: str, comment: str | None = None
-                ) -> ApprovalRecord:
-        """Approve the pending call (by approval id, or the run's only pending one)."""
-        return self._decide(approval_or_run, True, by, comment)
+    def approve(self, approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
+        """Approve the pending call (by approval id, or the run's only pending one).
 
-    def reject(self, approval_or_run: str, *, by: str, comment: str | None = None
-               ) -> ApprovalRecord:
+        Raises:
+            PermissionDeniedError: the principal is not a member of the
+                approval's owner (or escalation target) or has no approver role.
+        """
+        return self._decide(approval_or_run, True, comment)
+
+    def reject(self, approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
         """Reject the pending call; the model is told who rejected it and why."""
-        return self._decide(approval_or_run, False, by, comment)
+        return self._decide(approval_or_run, False, comment)
 
-    def _decide(self, ident: str, approved: bool, by: str, comment: str | None
-                ) -> ApprovalRecord:
-        by = self._principal(by)
+    @_scoped
+    def _decide(self, ident: str, approved: bool, comment: str | None) -> ApprovalRecord:
+        by = self._principal()
         if comment is not None:
             comment = check_text(comment, "comment",
                                  max_chars=self.rt.settings.max_approval_comment_chars)
         _ref(ident, "approval or run", NotFoundError)
-        is_run = self.rt.store.get_run(ident) is not None
-        record, due = self.rt.store.decide_approval(
-            None if is_run else ident, ident if is_run else None, approved=approved, by=by,
-            comment=comment, now=self.rt.clock.now())
+        named = self.rt.store.get_run(ident)
+        is_run = named is not None and self.principal.sees(named.tenant)
+        found = self.rt.store.find_approval(None if is_run else ident, ident if is_run else None)
+        run = self.rt.store.get_run(found.run_id)
+        if run is None or not self.principal.sees(run.tenant):
+            raise NotFoundError(f"unknown approval {ident!r}")
+        action: Action = "approve" if approved else "reject"
+        owners = tuple(o for o in (found.owner, found.escalate_to) if o)
+        self._authorize(action, run, owners=owners, target=found.id)
+        with self._recorded(action, run, target=found.id, reason=comment,
+                            changes={"approval": found.id, "tool": found.tool_name,
+                                     "status": "approved" if approved else "rejected"}):
+            record, due = self.rt.store.decide_approval(
+                found.id, None, approved=approved, by=by, comment=comment,
+                now=self.rt.clock.now())
         if due is not None:
             self.rt.send_all([due])
         return record
 
+    @_scoped
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None
                        ) -> list[ApprovalRecord]:
-        """Approvals in ``status``, oldest first (the inbox)."""
+        """Approvals of the principal's tenant in ``status``, oldest first (the inbox)."""
         if not _storable(status, run_id):
             return []  # nothing stored can match
-        return self.rt.store.list_approvals(status=status, run_id=run_id)
+        if run_id is not None:
+            try:
+                self._visible(run_id)
+            except UnknownRunError:
+                return []
+        self._authorize("read", None)
+        return self.rt.store.list_approvals(status=status, run_id=run_id,
+                                            tenant=self._own_tenant())
 
+    @_scoped
     def send_signal(self, run_id: str, name: str, payload: Any = None) -> SignalRecord:
         """Store a signal durably; a run waiting for ``name`` resumes, and one
         that waits later finds it. Each signal is delivered into one lap."""
         s = self.rt.settings
-        _ref(run_id)
+        run = self._visible(run_id)
         check_name(name, "signal name", max_chars=s.max_signal_name_chars)
         payload = self._admit(payload, "payload")
         # The same measure and limit as a tool result: the payload reaches the
@@ -226,71 +391,91 @@ class AgentWorker:
         if size > s.max_tool_result_bytes:
             raise PayloadTooLargeError(
                 f"signal payload is {size} bytes; the limit is {s.max_tool_result_bytes}")
-        record, due = self.rt.store.send_signal(run_id, name, payload, now=self.rt.clock.now(),
-                                                max_pending=s.max_pending_signals)
+        self._authorize("signal", run, target=name)
+        with self._recorded("signal", run, target=name, changes={"bytes": size}):
+            record, due = self.rt.store.send_signal(run_id, name, payload,
+                                                    now=self.rt.clock.now(),
+                                                    max_pending=s.max_pending_signals)
         if due is not None:
             self.rt.send_all([due])
         return record
 
-    def cancel(self, run_id: str, *, reason: str, by: str = "api") -> RunRecord:
+    @_scoped
+    def cancel(self, run_id: str, *, reason: str) -> RunRecord:
         """Stop the run at the next lap boundary and undo its compensatable effects."""
-        _ref(run_id)
+        run = self._visible(run_id)
         reason = check_text(reason, "reason", max_chars=self.rt.settings.max_cancel_reason_chars)
-        by = self._principal(by)
-        due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
-                                           now=self.rt.clock.now())
+        by = self._principal()
+        self._authorize("cancel", run)
+        with self._recorded("cancel", run, reason=reason, changes={"from": run.status}):
+            due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
+                                               now=self.rt.clock.now())
         if due is not None:
             self.rt.send_all([due])
         return self.get_run(run_id)
 
-    def retry(self, run_id: str, *, by: str = "api") -> RunRecord:
+    @_scoped
+    def retry(self, run_id: str) -> RunRecord:
         """Resume a failed (or attention-needing) run from its last checkpoint.
 
         Raises:
             ReplayRefusedError: effects of the run were compensated, or its
                 history was pruned (``fork`` from an earlier lap instead).
         """
-        _ref(run_id)
-        by = self._principal(by)
-        due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
-                                    from_statuses=("failed", "waiting"),
-                                    event={"kind": "retried", "by": by}, replay=True)
+        run = self._visible(run_id)
+        by = self._principal()
+        self._authorize("retry", run)
+        with self._recorded("retry", run, changes={"from": run.status, "lap": run.next_lap}):
+            due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
+                                        from_statuses=("failed", "waiting"),
+                                        event={"kind": "retried", "by": by}, replay=True)
         self.rt.send_all([due])
         return self.get_run(run_id)
 
-    def raise_budget(self, run_id: str, *, by: str = "api", **limits: Any) -> RunRecord:
+    @_scoped
+    def raise_budget(self, run_id: str, **limits: Any) -> RunRecord:
         """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it.
 
-        An operator verb: unlike ``start_run(budget=...)`` it may lift the agent's
-        limits. Nothing checks who calls it yet: until principals and roles exist
-        (issue 16, items 1 and 3: raise_budget needs the operator role), expose it
-        only to operators, never to end users or tenants' application code."""
-        by = self._principal(by)
-        run = self.get_run(run_id)
+        An operator verb (the ``raise_budget`` action): unlike
+        ``start_run(budget=...)`` it may lift the agent's limits."""
+        by = self._principal()
+        run = self._visible(run_id)
+        self._authorize("raise_budget", run)
         try:
             merged = Budget.model_validate({**run.limits, **limits})
         except ValidationError as e:
             raise InvalidInputError(f"invalid budget: {e}") from e
-        due = self.rt.store.requeue(run_id, now=self.rt.clock.now(), from_statuses=("waiting",),
-                                    event={"kind": "budget_raised", "by": by,
-                                           "limits": merged.model_dump(mode="json")},
-                                    limits=merged.model_dump(mode="json"))
+        new_limits = merged.model_dump(mode="json")
+        with self._recorded("raise_budget", run, changes={"from": run.limits, "to": new_limits}):
+            due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
+                                        from_statuses=("waiting",),
+                                        event={"kind": "budget_raised", "by": by,
+                                               "limits": new_limits},
+                                        limits=new_limits)
         self.rt.send_all([due])
         return self.get_run(run_id)
 
-    def resolve_effect(self, key: str, *, applied: bool, by: str, result: Any = None
-                       ) -> EffectRecord:
+    @_scoped
+    def resolve_effect(self, key: str, *, applied: bool, result: Any = None) -> EffectRecord:
         """A human's verdict on an effect whose outcome was unknown."""
         _ref(key, "effect", NotFoundError)
-        by = self._principal(by)
+        by = self._principal()
+        # Keys are ``run:lap:call[...]`` and run ids hold no ':'.
+        try:
+            run = self._visible(key.split(":", 1)[0])
+        except UnknownRunError:
+            raise NotFoundError(f"unknown effect {key!r}") from None
+        self._authorize("resolve", run, target=key)
         result = self._admit(result, "result")
         # It stands for the tool's result: the same measure and limit.
         if payload_bytes(result) > self.rt.settings.max_tool_result_bytes:
             raise PayloadTooLargeError(
                 f"result exceeds the tool-result limit of "
                 f"{self.rt.settings.max_tool_result_bytes} bytes")
-        record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
-                                              now=self.rt.clock.now())
+        with self._recorded("resolve", run, target=key,
+                            changes={"applied": applied, "result": result}):
+            record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
+                                                  now=self.rt.clock.now())
         run = self.get_run(record.run_id)
         if run.status == "queued":
             self._send_next(run)
@@ -298,26 +483,47 @@ class AgentWorker:
 
     # --- history --------------------------------------------------------------
 
+    @_scoped
     def checkpoints(self, run_id: str) -> list[tuple[int, int, Any]]:
         """(lap, schema version, committed at) of each kept checkpoint."""
-        return self.rt.store.list_checkpoints(_ref(run_id))
+        return self.rt.store.list_checkpoints(self.get_run(run_id).id)
 
+    @_scoped
     def state_at(self, run_id: str, lap: int) -> Checkpoint:
         """The run's state after ``lap`` committed laps."""
-        state = self.rt.store.get_checkpoint(_ref(run_id), lap)
+        state = self.rt.store.get_checkpoint(self.get_run(run_id).id, lap)
         if state is None:
             raise NotFoundError(f"run {run_id} has no checkpoint for lap {lap}")
         return load_checkpoint(state)
 
+    @_scoped
     def messages(self, run_id: str) -> list[StoredMessage]:
-        return self.rt.store.list_messages(_ref(run_id))
+        return self.rt.store.list_messages(self.get_run(run_id).id)
 
+    @_scoped
     def effects(self, run_id: str) -> list[EffectRecord]:
-        return self.rt.store.list_effects(_ref(run_id))
+        return self.rt.store.list_effects(self.get_run(run_id).id)
 
+    @_scoped
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
-        return self.rt.store.list_events(_ref(run_id), after_id=after_id)
+        return self.rt.store.list_events(self.get_run(run_id).id, after_id=after_id)
 
+    @_scoped
+    def audit(self, *, principal: str | None = None, action: str | None = None,
+              run_id: str | None = None, since: datetime | None = None,
+              limit: int = 100) -> list[AuditRecord]:
+        """Audit entries of the principal's tenant (every tenant's for an admin
+        across tenants), newest first. Needs the ``audit`` action."""
+        if run_id is not None:
+            self._visible(run_id)
+        self._authorize("audit", None)
+        if not _storable(principal, action):
+            return []
+        return self.rt.store.list_audit(tenant=self._own_tenant(), principal=principal,
+                                        action=action, run_id=run_id, since=since,
+                                        limit=limit)
+
+    @_scoped
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
         """A new run starting from ``run_id``'s state after ``lap``; the original
@@ -328,7 +534,8 @@ class AgentWorker:
             ReplayRefusedError: retention pruned the checkpoint or the messages
                 the fork would start from.
         """
-        parent = self.get_run(run_id)
+        parent = self._visible(run_id)
+        self._authorize("fork", parent)
         if self.rt.store.get_checkpoint(run_id, lap) is None and 0 <= lap < parent.lap:
             kept = [c[0] for c in self.rt.store.list_checkpoints(run_id)]
             raise ReplayRefusedError(
@@ -337,6 +544,9 @@ class AgentWorker:
         base = self.state_at(run_id, lap)
         spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
         new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
+        existing = self._existing(new_id, parent.tenant)
+        if existing is not None:
+            return existing
         facts = self._admit(facts, "facts")
         if _json_size(facts, "facts") > self.rt.settings.max_input_bytes:
             raise PayloadTooLargeError(
@@ -352,12 +562,18 @@ class AgentWorker:
             "agent_version": spec.version,
             "facts": {**base.facts, **(facts or {})},
             "budget": base.budget.model_copy(update={"started_at": now})})
-        run, created = self.rt.store.create_run(NewRun(
-            id=new_id, tenant=parent.tenant, agent_name=spec.name, agent_version=spec.version,
-            input=parent.input, limits=parent.limits, retention=parent.retention,
-            checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-            messages=[m.message for m in history], now=now, parent_run_id=run_id,
-            forked_from_lap=lap, start_lap=lap))
+        with self._recorded("fork", parent, target=new_id,
+                            changes={"lap": lap, "new_run": new_id, "version": spec.version,
+                                     "facts": facts}):
+            run, created = self.rt.store.create_run(NewRun(
+                id=new_id, tenant=parent.tenant, agent_name=spec.name,
+                agent_version=spec.version, input=parent.input, limits=parent.limits,
+                retention=parent.retention, checkpoint=dump_checkpoint(checkpoint),
+                schema_version=CHECKPOINT_SCHEMA_VERSION,
+                messages=[m.message for m in history], now=now, parent_run_id=run_id,
+                forked_from_lap=lap, start_lap=lap))
+        if not created and run.tenant != parent.tenant:
+            raise RunIdUnavailableError(f"run id {new_id!r} is not available; choose another")
         if created:
             self._send_next(run)
         return run
@@ -394,6 +610,15 @@ def client() -> AgentWorker:
     return _default
 
 
+def connect(principal: Principal | None = None, *,
+            authorizer: Authorizer | None = None) -> AgentWorker:
+    """A handle on the configured store and broker acting as ``principal``
+    (default: the configured one, ``AGENT_WORKER_PRINCIPAL_*``); ``authorizer``
+    replaces the built-in roles (``agent_worker.authorization``)."""
+    base = client()
+    return base.acting_as(principal or base.principal, authorizer=authorizer)
+
+
 def _load_agents(modules: str) -> None:
     registry.import_modules(modules.split(","))
 
@@ -418,24 +643,24 @@ def list_runs(**filters: Any) -> list[RunRecord]:
     return client().list_runs(**filters)
 
 
-def approve(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
-    return client().approve(approval_or_run, by=by, comment=comment)
+def approve(approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
+    return client().approve(approval_or_run, comment=comment)
 
 
-def reject(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
-    return client().reject(approval_or_run, by=by, comment=comment)
+def reject(approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
+    return client().reject(approval_or_run, comment=comment)
 
 
 def send_signal(run_id: str, name: str, payload: Any = None) -> SignalRecord:
     return client().send_signal(run_id, name, payload)
 
 
-def cancel(run_id: str, *, reason: str, by: str = "api") -> RunRecord:
-    return client().cancel(run_id, reason=reason, by=by)
+def cancel(run_id: str, *, reason: str) -> RunRecord:
+    return client().cancel(run_id, reason=reason)
 
 
-def retry(run_id: str, *, by: str = "api") -> RunRecord:
-    return client().retry(run_id, by=by)
+def retry(run_id: str) -> RunRecord:
+    return client().retry(run_id)
 
 
 def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str | None = None,
@@ -444,5 +669,5 @@ def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str |
     return client().fork(run_id, lap, new_run_id=new_run_id, version=version, facts=facts)
 
 
-__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "fork",
+__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "connect", "fork",
            "get_run", "list_runs", "reject", "retry", "send_signal", "start_run", "wait"]

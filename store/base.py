@@ -152,6 +152,36 @@ class EventRecord:
 
 
 @dataclass(frozen=True)
+class AuditEntry:
+    """One human or operator action (or a refused attempt), as the API records it."""
+
+    principal: str
+    tenant: str | None
+    action: str
+    outcome: Literal["ok", "refused"] = "ok"
+    run_id: str | None = None
+    target: str | None = None
+    reason: str | None = None
+    changes: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """A stored audit entry, with its id and the database's time."""
+
+    id: int
+    at: datetime
+    principal: str
+    tenant: str | None
+    action: str
+    outcome: str
+    run_id: str | None
+    target: str | None
+    reason: str | None
+    changes: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class Claim:
     """What a successful claim hands the engine: everything lap ``lap`` needs.
 
@@ -332,7 +362,21 @@ class LapStore(Protocol):
                      *, now: datetime) -> None: ...
 
 
-class Store(LapStore, Protocol):
+class AuditStore(Protocol):
+    """The append-only audit log (``store.audit``)."""
+
+    def append_audit(self, entry: AuditEntry, *, now: datetime) -> None:
+        """Append ``entry`` in a transaction of its own (refused attempts)."""
+        ...
+
+    def list_audit(self, *, tenant: str | None, principal: str | None = None,
+                   action: str | None = None, run_id: str | None = None,
+                   since: datetime | None = None, limit: int = 100) -> list[AuditRecord]:
+        """Entries newest first; ``tenant=None`` means every tenant's."""
+        ...
+
+
+class Store(LapStore, AuditStore, Protocol):
     """Everything above plus what the public API and the CLI need: starting
     runs, queries, human decisions and history."""
 
@@ -360,8 +404,16 @@ class Store(LapStore, Protocol):
         comment: str | None, now: datetime,
     ) -> tuple[ApprovalRecord, DueLap | None]: ...
 
+    def find_approval(self, approval_id: str | None, run_id: str | None) -> ApprovalRecord:
+        """The approval a decision names: by id, or the run's only pending one.
+
+        Raises:
+            NotFoundError: no such approval (``UnknownRunError``: no such run).
+        """
+        ...
+
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
-                       limit: int = 100) -> list[ApprovalRecord]: ...
+                       limit: int = 100, tenant: str | None = None) -> list[ApprovalRecord]: ...
 
     def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
                     max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]: ...

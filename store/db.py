@@ -6,6 +6,8 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
+from store import tenancy
+
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine tuned for short lap transactions.
@@ -30,8 +32,14 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if "poolclass" not in kwargs:
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 5)
+    # Our processes are trusted with every tenant (``store.tenancy``): the
+    # system scope is set once per connection, and the API narrows each
+    # transaction to its principal's tenant.
+    kwargs["connect_args"] = tenancy.system_connect_args(kwargs.get("connect_args", {}))
     # No pre-ping: it costs a round trip per transaction (three per lap). A
     # connection that died with a Postgres restart fails its first statement
     # as a disconnect, SQLAlchemy invalidates the pool, and store.retry reruns
     # the whole transaction on a fresh connection.
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    tenancy.install(engine)
+    return engine

@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import pauses, postgres, statements, sweeping, wakeups
+from store import audit, pauses, postgres, statements, sweeping, wakeups
 from store.base import (
     ApprovalRecord,
     Claim,
@@ -289,6 +289,8 @@ class SqlLapStore(SqlBase):
             done = self._tx(lambda c: sweeping.prune_batch(
                 c, checkpoints_before=checkpoints_before, ledger_before=ledger_before,
                 batch=batch))
+            done["audit_log"] = self._tx(lambda c: audit.prune_tx(c, before=ledger_before,
+                                                                  batch=batch))
             for k, v in done.items():
                 totals[k] = totals.get(k, 0) + v
             if not any(done.values()):

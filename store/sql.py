@@ -12,10 +12,13 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from agent_worker.errors import RunIdUnavailableError
 from agent_worker.vocabulary import RUNNABLE, RunStatus
-from store import pauses
+from store import audit, pauses
 from store.base import (
     ApprovalRecord,
+    AuditEntry,
+    AuditRecord,
     DueLap,
     EffectRecord,
     EventRecord,
@@ -82,11 +85,15 @@ class SqlStore(SqlLapStore):
 
         try:
             return self._tx(tx)
-        except IntegrityError:
+        except IntegrityError as e:
             # Two callers raced with the same run id: the other one created it.
+            # Or the id belongs to a run this transaction's tenant may not see
+            # (row-level security hid it from the SELECT above): refused, and
+            # nothing about that run is said.
             run = self.get_run(new.id)
             if run is None:
-                raise
+                raise RunIdUnavailableError(
+                    f"run id {new.id!r} is not available; choose another") from e
             return run, False
 
     def list_runs(
@@ -121,10 +128,14 @@ class SqlStore(SqlLapStore):
         return self._tx(lambda c: pauses.decide_approval(
             c, approval_id, run_id, approved=approved, by=by, comment=comment, now=now))
 
+    def find_approval(self, approval_id: str | None, run_id: str | None) -> ApprovalRecord:
+        return self._read(lambda c: pauses.find_approval(c, approval_id, run_id))
+
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
-                       limit: int = 100) -> list[ApprovalRecord]:
+                       limit: int = 100, tenant: str | None = None) -> list[ApprovalRecord]:
+        """With ``tenant``, only approvals of that tenant's runs."""
         return self._read(lambda c: pauses.list_approvals(c, status=status, run_id=run_id,
-                                                          limit=limit))
+                                                          limit=limit, tenant=tenant))
 
     def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
                     max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]:
@@ -161,6 +172,16 @@ class SqlStore(SqlLapStore):
         q = select(events).where(events.c.run_id == run_id, events.c.id > after_id).order_by(
             events.c.id)
         return [to_event(r) for r in self._read(lambda c: c.execute(q).all())]
+
+    def append_audit(self, entry: AuditEntry, *, now: datetime) -> None:
+        self._tx(lambda c: audit.append_tx(c, entry, now))
+
+    def list_audit(self, *, tenant: str | None, principal: str | None = None,
+                   action: str | None = None, run_id: str | None = None,
+                   since: datetime | None = None, limit: int = 100) -> list[AuditRecord]:
+        return self._read(lambda c: audit.list_tx(c, tenant=tenant, principal=principal,
+                                                  action=action, run_id=run_id, since=since,
+                                                  limit=limit))
 
 
 __all__ = ["SqlStore"]

@@ -15,7 +15,7 @@ import sys
 import click
 import typer
 
-from agent_worker.cli import actions, ops, runs
+from agent_worker.cli import actions, audit, ops, runs
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ app.command("signal")(actions.signal)
 app.command("fork")(actions.fork)
 app.add_typer(actions.approvals_app, name="approvals")
 app.add_typer(actions.effects_app, name="effects")
+app.command("audit")(audit.audit)
 app.add_typer(ops.db_app, name="db")
 app.command("worker", context_settings=ops.PASS_THROUGH)(ops.worker)
 app.command("beat", context_settings=ops.PASS_THROUGH)(ops.beat)
