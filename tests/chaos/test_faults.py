@@ -20,6 +20,7 @@ from agent_worker.api import AgentWorker
 from store.base import RunRecord
 from tests.chaos.conftest import PgStop, PrivatePostgres, PrivateRedis
 from tests.integration.test_lap_loop import assert_laps_exactly_once
+from tests.principals import acting
 from tests.support import Fleet, Proc, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
@@ -312,7 +313,7 @@ def test_poison_lap_is_dead_lettered_and_retry_resumes_from_the_checkpoint(
     assert all(g >= backoff for g in gaps), gaps
 
     marker.touch()  # the operator's fix
-    aw.retry(fragile.id, by="test")
+    acting(aw, "test").retry(fragile.id)
     done = aw.wait(fragile.id, timeout=120)
     assert done.status == "succeeded", done.error_detail
     assert done.result == {"laps": 4}
