@@ -65,7 +65,10 @@ def install(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _narrow(conn: Connection) -> None:
         tenant = _current.get()
-        if tenant is not None:
+        # Autocommit (the lap's hot path): a transaction-local setting would
+        # end with this very statement, so it would only cost a round trip.
+        if tenant is not None and \
+                conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
             conn.execute(_NARROW, {"tenant": tenant})
 
 

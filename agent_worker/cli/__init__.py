@@ -17,6 +17,9 @@ import typer
 
 from agent_worker.cli import actions, audit, ops, runs
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
+from agent_worker.principal import default_principal
+from agent_worker.settings import get_settings
+from store import tenancy
 
 app = typer.Typer(
     name="agent-worker", no_args_is_help=True, add_completion=False,
@@ -47,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     # Known before parsing: a usage error must be JSON too when --json was asked for.
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=argv, prog_name="agent-worker", standalone_mode=False)
+        # Every statement of the command, the few aggregates that read the store
+        # directly included, is narrowed to the principal's tenant (row-level
+        # security); building the principal touches no database.
+        with tenancy.scope(default_principal(get_settings()).tenant):
+            result = command.main(args=argv, prog_name="agent-worker", standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
         code = report(INTERRUPTED, "interrupted", "interrupted", as_json=as_json)

@@ -42,6 +42,7 @@ from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.principal import Principal, default_principal
 from agent_worker.settings import get_settings
 from agent_worker.tools import ToolContext, tool
+from store import tenancy
 from store.db import make_engine
 from tests.support import ROOT
 
@@ -171,6 +172,11 @@ def test_a_raw_query_without_a_tenant_sees_no_tenant_row(
         with system.connect() as c:
             assert c.execute(text("SELECT count(*) FROM runs WHERE id = :i"),
                              {"i": acme_run}).scalar() == 1
+        # What the API does around every verb: a store query that names no
+        # tenant still sees only the scope's.
+        with tenancy.scope("acme"):
+            assert {r.tenant for r in worker.rt.store.list_runs(limit=10_000)} == {"acme"}
+            assert worker.rt.store.list_approvals(status="pending", limit=10_000)
     finally:
         raw.dispose()
         system.dispose()
