@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Self, TypeVar, cast
+from typing import Any, NoReturn, Self, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -152,12 +152,18 @@ class AgentWorker:
             return
         why = (f"{action} is decided by members of {', '.join(owners)}" if owners
                and action in ("approve", "reject") else f"no role allows {action}")
+        self._refuse(action, why, tenant=tenant, run_id=run.id if run else None, target=target)
+
+    def _refuse(self, action: Action, why: str, *, tenant: str | None,
+                run_id: str | None = None, target: str | None = None) -> NoReturn:
+        """Record the refused attempt (its own transaction: nothing else is
+        written), then raise ``PermissionDeniedError``."""
         self.rt.store.append_audit(AuditEntry(
             principal=self.principal.id, tenant=tenant, action=action, outcome="refused",
-            run_id=run.id if run else None, target=target, reason=why,
+            run_id=run_id, target=target, reason=why,
             changes={"roles": sorted(self.principal.roles)}), now=self.rt.clock.now())
         raise PermissionDeniedError(f"{self.principal.id} may not {action}"
-                                    + (f" run {run.id}" if run else "") + f": {why}")
+                                    + (f" run {run_id}" if run_id else "") + f": {why}")
 
     def _own_tenant(self) -> str | None:
         return None if self.principal.all_tenants else self.principal.tenant
@@ -242,18 +248,16 @@ class AgentWorker:
         return run
 
     def _tenant_of_new_run(self, tenant: str | None) -> str | None:
+        """The tenant a new run belongs to: the principal's; an admin across
+        tenants names one (or none, as before tenancy)."""
         if tenant is not None:
             _check_id(tenant, "tenant")
-        if self.principal.all_tenants or tenant in (None, self.principal.tenant):
-            return tenant if self.principal.all_tenants else self.principal.tenant
-        self._authorize_refused("start", tenant, f"tenant {tenant} is not the principal's")
-        raise AssertionError("unreachable")
-
-    def _authorize_refused(self, action: Action, tenant: str | None, why: str) -> None:
-        self.rt.store.append_audit(AuditEntry(
-            principal=self.principal.id, tenant=self._own_tenant(), action=action,
-            outcome="refused", reason=why), now=self.rt.clock.now())
-        raise PermissionDeniedError(f"{self.principal.id} may not {action}: {why}")
+        if self.principal.all_tenants:
+            return tenant
+        if tenant in (None, self.principal.tenant):
+            return self.principal.tenant
+        self._refuse("start", "a principal starts runs in its own tenant only",
+                     tenant=self.principal.tenant)
 
     def _existing(self, run_id: str, tenant: str | None) -> RunRecord | None:
         """The run ``run_id`` if it exists in ``tenant`` (a retried start or
