@@ -16,21 +16,19 @@ transaction as the action itself (``store.audit``).
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, NoReturn, Self, TypeVar, cast
+from typing import Any
 
 from pydantic import ValidationError
 
+from agent_worker.access import AccessControl, check_id, ref, scoped
 from agent_worker.agent import Agent, registry
-from agent_worker.authorization import AccessRequest, Action, Authorizer, RoleAuthorizer
+from agent_worker.authorization import Action, Authorizer
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
@@ -40,21 +38,18 @@ from agent_worker.errors import (
     InvalidInputError,
     NotFoundError,
     PayloadTooLargeError,
-    PermissionDeniedError,
     ReplayRefusedError,
     RunIdUnavailableError,
     UnknownRunError,
 )
 from agent_worker.messages import Message
-from agent_worker.principal import Principal, default_principal
+from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
-from store import audit, tenancy
 from store.base import (
     ApprovalRecord,
-    AuditEntry,
     AuditRecord,
     DueLap,
     EffectRecord,
@@ -66,21 +61,6 @@ from store.base import (
 )
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _check_id(value: str, what: str) -> str:
-    return check_name(value, what, max_chars=200)
-
-
-def _ref(value: str, what: str = "run", error: type[NotFoundError] = UnknownRunError) -> str:
-    """A reference to something stored. One that can never have been stored (not
-    a string, or holding U+0000 or a lone surrogate, which Postgres refuses even
-    as a query parameter) is simply not found, the same on both dialects."""
-    if not isinstance(value, str) or clean_text(value) != value:
-        raise error(f"unknown {what} {clean_text(str(value))!r}")
-    return value
 
 
 def _storable(*values: str | None) -> bool:
@@ -94,39 +74,10 @@ def _json_size(value: Any, what: str) -> int:
         raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
 
 
-def _scoped(method: F) -> F:
-    """Run a verb with the store's transactions narrowed to the principal's
-    tenant (row-level security: a query that forgets its filter sees nothing
-    of other tenants)."""
-
-    @functools.wraps(method)
-    def inner(self: AgentWorker, *args: Any, **kwargs: Any) -> Any:
-        with tenancy.scope(self.principal.tenant):
-            return method(self, *args, **kwargs)
-
-    return cast(F, inner)
-
-
-class AgentWorker:
+class AgentWorker(AccessControl):
     """A handle on one store and one dispatcher, acting as one principal;
-    module functions use a default one (``connect`` binds another)."""
-
-    def __init__(self, runtime: Runtime, *, principal: Principal | None = None,
-                 authorizer: Authorizer | None = None) -> None:
-        self.rt = runtime
-        self.principal = principal or default_principal(runtime.settings)
-        self.authorizer: Authorizer = authorizer or RoleAuthorizer(runtime.settings.role_grants)
-
-    def acting_as(self, principal: Principal, *, authorizer: Authorizer | None = None
-                  ) -> Self:
-        """The same store, dispatcher (and in-process queue) acting as ``principal``."""
-        bound = copy.copy(self)
-        bound.principal = principal
-        if authorizer is not None:
-            bound.authorizer = authorizer
-        return bound
-
-    # --- who acts, and may they -----------------------------------------------
+    module functions use a default one (``connect`` binds another).
+    Principals, scoping, authorization and audit: ``agent_worker.access``."""
 
     def _principal(self, by: object = None) -> str:
         """The one place the actor of a verb comes from: the id of the handle's
@@ -134,55 +85,7 @@ class AgentWorker:
         before principals) is ignored: what the store records never comes from
         free text."""
         return self.principal.id
-
-    def _visible(self, run_id: str) -> RunRecord:
-        """The run, if the principal's tenant has it; else ``UnknownRunError``
-        whether or not another tenant has one of that id."""
-        run = self.rt.store.get_run(_ref(run_id))
-        if run is None or not self.principal.sees(run.tenant):
-            raise UnknownRunError(f"unknown run {run_id!r}")
-        return run
-
-    def _authorize(self, action: Action, run: RunRecord | None, *, owners: tuple[str, ...] = (),
-                   target: str | None = None) -> None:
-        """Ask the authorizer; a refusal is audited, then raised."""
-        tenant = run.tenant if run is not None else self._own_tenant()
-        request = AccessRequest(action, tenant, run.id if run else None, owners)
-        if self.authorizer(self.principal, request):
-            return
-        why = (f"{action} is decided by members of {', '.join(owners)}" if owners
-               and action in ("approve", "reject") else f"no role allows {action}")
-        self._refuse(action, why, tenant=tenant, run_id=run.id if run else None, target=target)
-
-    def _refuse(self, action: Action, why: str, *, tenant: str | None,
-                run_id: str | None = None, target: str | None = None) -> NoReturn:
-        """Record the refused attempt (its own transaction: nothing else is
-        written), then raise ``PermissionDeniedError``."""
-        self.rt.store.append_audit(AuditEntry(
-            principal=self.principal.id, tenant=tenant, action=action, outcome="refused",
-            run_id=run_id, target=target, reason=why,
-            changes={"roles": sorted(self.principal.roles)}), now=self.rt.clock.now())
-        raise PermissionDeniedError(f"{self.principal.id} may not {action}"
-                                    + (f" run {run_id}" if run_id else "") + f": {why}")
-
-    def _own_tenant(self) -> str | None:
-        return None if self.principal.all_tenants else self.principal.tenant
-
-    @contextmanager
-    def _recorded(self, action: Action, run: RunRecord | None, *, target: str | None = None,
-                  reason: str | None = None, changes: dict[str, Any] | None = None,
-                  tenant: str | None = None) -> Iterator[None]:
-        """Append the action's audit entry in the transaction that does it."""
-        entry = AuditEntry(principal=self.principal.id,
-                           tenant=run.tenant if run is not None else tenant, action=action,
-                           run_id=run.id if run is not None else None, target=target,
-                           reason=reason, changes=changes)
-        with audit.pending(entry, now=self.rt.clock.now()):
-            yield
-
-    # --- runs ---------------------------------------------------------------
-
-    @_scoped
+    @scoped
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
                   budget: Budget | None = None) -> RunRecord:
@@ -201,7 +104,7 @@ class AgentWorker:
         if isinstance(agent, Agent) and version is None:
             version = agent.version
         spec = self.rt.registry.get(name, version)
-        run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
+        run_id = check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
         tenant = self._tenant_of_new_run(tenant)
         self._authorize("start", None, target=run_id)
         existing = self._existing(run_id, tenant)
@@ -247,28 +150,6 @@ class AgentWorker:
         self._send_next(run)
         return run
 
-    def _tenant_of_new_run(self, tenant: str | None) -> str | None:
-        """The tenant a new run belongs to: the principal's; an admin across
-        tenants names one (or none, as before tenancy)."""
-        if tenant is not None:
-            _check_id(tenant, "tenant")
-        if self.principal.all_tenants:
-            return tenant
-        if tenant in (None, self.principal.tenant):
-            return self.principal.tenant
-        self._refuse("start", "a principal starts runs in its own tenant only",
-                     tenant=self.principal.tenant)
-
-    def _existing(self, run_id: str, tenant: str | None) -> RunRecord | None:
-        """The run ``run_id`` if it exists in ``tenant`` (a retried start or
-        fork returns it); ``RunIdUnavailableError`` if the id is another's."""
-        run = self.rt.store.get_run(run_id)
-        if run is None:
-            return None
-        if run.tenant != tenant or not self.principal.sees(run.tenant):
-            raise RunIdUnavailableError(f"run id {run_id!r} is not available; choose another")
-        return run
-
     def _admit(self, value: Any, what: str) -> Any:
         """A caller's JSON value under the rule of ``agent_worker.untrusted``."""
         return clean(value, max_depth=self.rt.settings.max_json_depth, what=what, strict=True)
@@ -276,7 +157,7 @@ class AgentWorker:
     def _send_next(self, run: RunRecord) -> None:
         self.rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
 
-    @_scoped
+    @scoped
     def get_run(self, run_id: str) -> RunRecord:
         """The run's current record. Raises ``UnknownRunError`` (also for a
         run of another tenant)."""
@@ -284,7 +165,7 @@ class AgentWorker:
         self._authorize("read", run)
         return run
 
-    @_scoped
+    @scoped
     def list_runs(self, *, status: RunStatus | None = None, agent: str | None = None,
                   agent_version: str | None = None, tenant: str | None = None,
                   stale: bool = False, limit: int = 100) -> list[RunRecord]:
@@ -340,13 +221,13 @@ class AgentWorker:
         """Reject the pending call; the model is told who rejected it and why."""
         return self._decide(approval_or_run, False, comment)
 
-    @_scoped
+    @scoped
     def _decide(self, ident: str, approved: bool, comment: str | None) -> ApprovalRecord:
         by = self._principal()
         if comment is not None:
             comment = check_text(comment, "comment",
                                  max_chars=self.rt.settings.max_approval_comment_chars)
-        _ref(ident, "approval or run", NotFoundError)
+        ref(ident, "approval or run", NotFoundError)
         named = self.rt.store.get_run(ident)
         is_run = named is not None and self.principal.sees(named.tenant)
         found = self.rt.store.find_approval(None if is_run else ident, ident if is_run else None)
@@ -366,7 +247,7 @@ class AgentWorker:
             self.rt.send_all([due])
         return record
 
-    @_scoped
+    @scoped
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None
                        ) -> list[ApprovalRecord]:
         """Approvals of the principal's tenant in ``status``, oldest first (the inbox)."""
@@ -381,7 +262,7 @@ class AgentWorker:
         return self.rt.store.list_approvals(status=status, run_id=run_id,
                                             tenant=self._own_tenant())
 
-    @_scoped
+    @scoped
     def send_signal(self, run_id: str, name: str, payload: Any = None) -> SignalRecord:
         """Store a signal durably; a run waiting for ``name`` resumes, and one
         that waits later finds it. Each signal is delivered into one lap."""
@@ -404,7 +285,7 @@ class AgentWorker:
             self.rt.send_all([due])
         return record
 
-    @_scoped
+    @scoped
     def cancel(self, run_id: str, *, reason: str) -> RunRecord:
         """Stop the run at the next lap boundary and undo its compensatable effects."""
         run = self._visible(run_id)
@@ -418,7 +299,7 @@ class AgentWorker:
             self.rt.send_all([due])
         return self.get_run(run_id)
 
-    @_scoped
+    @scoped
     def retry(self, run_id: str) -> RunRecord:
         """Resume a failed (or attention-needing) run from its last checkpoint.
 
@@ -436,7 +317,7 @@ class AgentWorker:
         self.rt.send_all([due])
         return self.get_run(run_id)
 
-    @_scoped
+    @scoped
     def raise_budget(self, run_id: str, **limits: Any) -> RunRecord:
         """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it.
 
@@ -459,10 +340,10 @@ class AgentWorker:
         self.rt.send_all([due])
         return self.get_run(run_id)
 
-    @_scoped
+    @scoped
     def resolve_effect(self, key: str, *, applied: bool, result: Any = None) -> EffectRecord:
         """A human's verdict on an effect whose outcome was unknown."""
-        _ref(key, "effect", NotFoundError)
+        ref(key, "effect", NotFoundError)
         by = self._principal()
         # Keys are ``run:lap:call[...]`` and run ids hold no ':'.
         try:
@@ -487,12 +368,12 @@ class AgentWorker:
 
     # --- history --------------------------------------------------------------
 
-    @_scoped
+    @scoped
     def checkpoints(self, run_id: str) -> list[tuple[int, int, Any]]:
         """(lap, schema version, committed at) of each kept checkpoint."""
         return self.rt.store.list_checkpoints(self.get_run(run_id).id)
 
-    @_scoped
+    @scoped
     def state_at(self, run_id: str, lap: int) -> Checkpoint:
         """The run's state after ``lap`` committed laps."""
         state = self.rt.store.get_checkpoint(self.get_run(run_id).id, lap)
@@ -500,19 +381,19 @@ class AgentWorker:
             raise NotFoundError(f"run {run_id} has no checkpoint for lap {lap}")
         return load_checkpoint(state)
 
-    @_scoped
+    @scoped
     def messages(self, run_id: str) -> list[StoredMessage]:
         return self.rt.store.list_messages(self.get_run(run_id).id)
 
-    @_scoped
+    @scoped
     def effects(self, run_id: str) -> list[EffectRecord]:
         return self.rt.store.list_effects(self.get_run(run_id).id)
 
-    @_scoped
+    @scoped
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
         return self.rt.store.list_events(self.get_run(run_id).id, after_id=after_id)
 
-    @_scoped
+    @scoped
     def audit(self, *, principal: str | None = None, action: str | None = None,
               run_id: str | None = None, since: datetime | None = None,
               limit: int = 100) -> list[AuditRecord]:
@@ -527,7 +408,7 @@ class AgentWorker:
                                         action=action, run_id=run_id, since=since,
                                         limit=limit)
 
-    @_scoped
+    @scoped
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
         """A new run starting from ``run_id``'s state after ``lap``; the original
@@ -547,7 +428,7 @@ class AgentWorker:
                 f"kept: {kept}")
         base = self.state_at(run_id, lap)
         spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
-        new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
+        new_id = check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
         existing = self._existing(new_id, parent.tenant)
         if existing is not None:
             return existing

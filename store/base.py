@@ -18,6 +18,9 @@ from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
 from agent_worker.vocabulary import RunStatus as RunStatus
 from agent_worker.vocabulary import WaitingFor
+from store.auditbase import AuditEntry as AuditEntry
+from store.auditbase import AuditRecord as AuditRecord
+from store.auditbase import AuditStore
 
 
 @dataclass(frozen=True)
@@ -149,36 +152,6 @@ class EventRecord:
     kind: str
     data: dict[str, Any] | None
     created_at: datetime
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """One human or operator action (or a refused attempt), as the API records it."""
-
-    principal: str
-    tenant: str | None
-    action: str
-    outcome: Literal["ok", "refused"] = "ok"
-    run_id: str | None = None
-    target: str | None = None
-    reason: str | None = None
-    changes: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class AuditRecord:
-    """A stored audit entry, with its id and the database's time."""
-
-    id: int
-    at: datetime
-    principal: str
-    tenant: str | None
-    action: str
-    outcome: str
-    run_id: str | None
-    target: str | None
-    reason: str | None
-    changes: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -362,20 +335,6 @@ class LapStore(Protocol):
                      *, now: datetime) -> None: ...
 
 
-class AuditStore(Protocol):
-    """The append-only audit log (``store.audit``)."""
-
-    def append_audit(self, entry: AuditEntry, *, now: datetime) -> None:
-        """Append ``entry`` in a transaction of its own (refused attempts)."""
-        ...
-
-    def list_audit(self, *, tenant: str | None, principal: str | None = None,
-                   action: str | None = None, run_id: str | None = None,
-                   since: datetime | None = None, limit: int = 100) -> list[AuditRecord]:
-        """Entries newest first; ``tenant=None`` means every tenant's."""
-        ...
-
-
 class Store(LapStore, AuditStore, Protocol):
     """Everything above plus what the public API and the CLI need: starting
     runs, queries, human decisions and history."""
@@ -405,11 +364,7 @@ class Store(LapStore, AuditStore, Protocol):
     ) -> tuple[ApprovalRecord, DueLap | None]: ...
 
     def find_approval(self, approval_id: str | None, run_id: str | None) -> ApprovalRecord:
-        """The approval a decision names: by id, or the run's only pending one.
-
-        Raises:
-            NotFoundError: no such approval (``UnknownRunError``: no such run).
-        """
+        """The approval a decision names (by id, or the run's); raises ``NotFoundError``."""
         ...
 
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
