@@ -19,6 +19,7 @@ from typing import Any, NoReturn, Self, TypeVar, cast
 
 from agent_worker.authorization import AccessRequest, Action, Authorizer, RoleAuthorizer
 from agent_worker.errors import (
+    InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
     RunIdUnavailableError,
@@ -66,17 +67,25 @@ class AccessControl:
     def __init__(self, runtime: Runtime, *, principal: Principal | None = None,
                  authorizer: Authorizer | None = None) -> None:
         self.rt = runtime
-        self.principal = principal or default_principal(runtime.settings)
+        self.principal = self._bounded(principal or default_principal(runtime.settings))
         self.authorizer: Authorizer = authorizer or RoleAuthorizer(runtime.settings.role_grants)
 
     def acting_as(self, principal: Principal, *, authorizer: Authorizer | None = None
                   ) -> Self:
         """The same store, dispatcher (and in-process queue) acting as ``principal``."""
         bound = copy.copy(self)
-        bound.principal = principal
+        bound.principal = self._bounded(principal)
         if authorizer is not None:
             bound.authorizer = authorizer
         return bound
+
+    def _bounded(self, principal: Principal) -> Principal:
+        """``principal``, if its id fits ``max_principal_chars`` (it is stored as ``by``)."""
+        limit = self.rt.settings.max_principal_chars
+        if len(principal.id) > limit:
+            raise InvalidInputError(f"principal id is {len(principal.id)} characters; "
+                                    f"the limit is {limit}")
+        return principal
 
     # --- who acts, and may they -----------------------------------------------
 

@@ -109,7 +109,8 @@ class Settings(BaseSettings):
     )
     max_cancel_reason_chars: int = Field(2000, ge=1, description="Longest cancel reason.")
     max_principal_chars: int = Field(
-        200, ge=1, le=200, description="Longest `by` (who decided, cancelled or retried)."
+        200, ge=1, le=200, description="Longest principal id a client acts as (stored as `by`: "
+        "who decided, cancelled or retried, and in the audit log)."
     )
     principal_id: str = Field(
         "",

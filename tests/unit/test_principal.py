@@ -77,5 +77,12 @@ def test_an_applications_authorizer_decides_and_its_refusals_are_audited(
         entries = w.audit()
         assert [(e.principal, e.tenant, e.action, e.outcome) for e in entries] == [
             ("bob", "acme", "start", "refused")]
+        short = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", max_principal_chars=13,
+                                principal_id="ops")
+        try:
+            with pytest.raises(InvalidInputError, match="limit is 13"):
+                short.acting_as(Principal("carol-the-long", "acme"))
+        finally:
+            short.close()
     finally:
         w.close()
