@@ -149,14 +149,20 @@ class AccessControl:
                      tenant=self.principal.tenant)
 
     def _existing(self, run_id: str, tenant: str | None) -> RunRecord | None:
-        """The run ``run_id`` if it exists in ``tenant`` (a retried start or
-        fork returns it); ``RunIdUnavailableError`` if the id is another's."""
+        """The run ``run_id`` if it exists for the caller (a retried start or
+        fork returns it); ``RunIdUnavailableError`` if the id is another
+        tenant's. ``tenant=None`` from an admin across tenants names none: any
+        run it sees is its own retry."""
         run = self.rt.store.get_run(run_id)
         if run is None:
             return None
-        if run.tenant != tenant or not self.principal.sees(run.tenant):
-            raise RunIdUnavailableError(f"run id {run_id!r} is not available; choose another")
+        self._claimable(run, tenant)
         return run
+
+    def _claimable(self, run: RunRecord, tenant: str | None) -> None:
+        if not self.principal.sees(run.tenant) or (
+                tenant is not None and run.tenant != tenant):
+            raise RunIdUnavailableError(f"run id {run.id!r} is not available; choose another")
 
 
 __all__ = ["AccessControl", "check_id", "ref", "scoped"]

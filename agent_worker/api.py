@@ -39,7 +39,6 @@ from agent_worker.errors import (
     NotFoundError,
     PayloadTooLargeError,
     ReplayRefusedError,
-    RunIdUnavailableError,
     UnknownRunError,
 )
 from agent_worker.messages import Message
@@ -140,9 +139,7 @@ class AgentWorker(AccessControl):
                 checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
                 messages=[first], now=now))
         if not created:
-            if run.tenant != tenant:  # raced with another tenant's start of this id
-                raise RunIdUnavailableError(f"run id {run_id!r} is not available; "
-                                            "choose another")
+            self._claimable(run, tenant)  # raced with another tenant's start of this id
             if run.agent_name != spec.name:
                 raise InvalidInputError(
                     f"run {run_id} already exists for agent {run.agent_name}, not {spec.name}")
@@ -457,8 +454,8 @@ class AgentWorker(AccessControl):
                 schema_version=CHECKPOINT_SCHEMA_VERSION,
                 messages=[m.message for m in history], now=now, parent_run_id=run_id,
                 forked_from_lap=lap, start_lap=lap))
-        if not created and run.tenant != parent.tenant:
-            raise RunIdUnavailableError(f"run id {new_id!r} is not available; choose another")
+        if not created:
+            self._claimable(run, parent.tenant)
         if created:
             self._send_next(run)
         return run

@@ -136,6 +136,8 @@ def test_run_id_collisions_across_tenants_reveal_nothing(
     admin = worker.acting_as(Principal("root", "*", {"admin"}))
     with pytest.raises(RunIdUnavailableError):  # not even an admin, into another tenant
         admin.start_run("tenancy-desk", run_id=acme_run, tenant="globex")
+    # An admin naming no tenant retries a start it sees: the same run, idempotent.
+    assert admin.start_run("tenancy-desk", run_id=acme_run).tenant == "acme"
     with pytest.raises(PermissionDeniedError):  # a tenant principal names only its own
         b.start_run("tenancy-desk", tenant="acme")
     assert worker.acting_as(ALICE).get_run(acme_run).tenant == "acme"
