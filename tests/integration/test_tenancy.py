@@ -21,6 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ from agent_worker.settings import get_settings
 from agent_worker.tools import ToolContext, tool
 from store import tenancy
 from store.db import make_engine
+from store.sql import SqlStore
 from tests.support import ROOT
 
 pytestmark = pytest.mark.integration
@@ -260,3 +262,26 @@ def test_through_the_cli_each_action_is_audited_once_and_b_sees_none_of_it(
                            "--json"], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 3 and json.loads(done.stderr)["error"]["code"] == "unknown_run"
+
+
+def test_the_audit_log_is_pruned_only_past_the_ledger_retention(
+        database_url: str, worker: InProcessWorker, acme_run: str) -> None:
+    """The one DELETE the trigger lets through: the retention prune's, of rows
+    older than the cutoff it declares (the ledger's retention)."""
+    system = make_engine(database_url)
+    now = worker.rt.clock.now()
+    try:
+        with system.begin() as c:
+            old_id = c.execute(text(
+                "INSERT INTO audit_log (at, tenant, principal, action, outcome) VALUES "
+                "(timezone('UTC', now()) - interval '400 days', 'acme', 'old', 'start', 'ok') "
+                "RETURNING id")).scalar_one()
+        kept = len(worker.audit(limit=10_000))
+        assert isinstance(worker.rt.store, SqlStore)
+        pruned = worker.rt.store.prune(checkpoints_before=now - timedelta(days=7),
+                                       ledger_before=now - timedelta(days=365), batch=100)
+        assert pruned["audit_log"] == 1
+        assert old_id not in {e.id for e in worker.audit(limit=10_000)}
+        assert len(worker.audit(limit=10_000)) == kept - 1
+    finally:
+        system.dispose()
