@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import cancel as cancel
     from agent_worker.api import client as client
     from agent_worker.api import configure as configure
+    from agent_worker.api import connect as connect
     from agent_worker.api import delete_schedule as delete_schedule
     from agent_worker.api import fork as fork
     from agent_worker.api import get_run as get_run
@@ -38,6 +39,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import trigger_schedule as trigger_schedule
     from agent_worker.api import update_state as update_state
     from agent_worker.api import wait as wait
+    from agent_worker.authorization import AccessRequest as AccessRequest
+    from agent_worker.authorization import RoleAuthorizer as RoleAuthorizer
     from agent_worker.budget import Budget as Budget
     from agent_worker.checkpoint import Checkpoint as Checkpoint
     from agent_worker.children import Child as Child
@@ -45,6 +48,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.control import sleep_tool as sleep_tool
     from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
     from agent_worker.errors import AgentWorkerError as AgentWorkerError
+    from agent_worker.errors import PermissionDeniedError as PermissionDeniedError
     from agent_worker.errors import RetryableToolError as RetryableToolError
     from agent_worker.errors import TaskFailedError as TaskFailedError
     from agent_worker.errors import ToolError as ToolError
@@ -58,6 +62,7 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ModelClient as ModelClient
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
+    from agent_worker.principal import Principal as Principal
     from agent_worker.state_toolkit import state_tools as state_tools
     from agent_worker.streaming import StreamEvent as StreamEvent
     from agent_worker.tools import Tool as Tool
@@ -70,25 +75,27 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
 #: the two equal).
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.agent": ("Agent", "register", "registry"),
-    "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "fork",
-                         "get_run", "get_state", "list_runs", "reject", "retry",
+    "agent_worker.api": ("AgentWorker", "approve", "cancel", "client", "configure", "connect",
+                         "fork", "get_run", "get_state", "list_runs", "reject", "retry",
                          "search_runs", "send_signal", "start_child", "start_run", "stream",
                          "update_state", "wait",
                          # durable schedules (issue 19)
                          "delete_schedule", "list_schedules", "pause_schedule",
                          "resume_schedule", "schedule", "trigger_schedule"),
+    "agent_worker.authorization": ("AccessRequest", "RoleAuthorizer"),
     "agent_worker.budget": ("Budget",),
     "agent_worker.checkpoint": ("Checkpoint",),
     "agent_worker.children": ("Child", "StartChildren"),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
-    "agent_worker.errors": ("AgentWorkerError", "RetryableToolError", "TaskFailedError",
-                            "ToolError", "ToolTimeoutError"),
+    "agent_worker.errors": ("AgentWorkerError", "PermissionDeniedError", "RetryableToolError",
+                            "TaskFailedError", "ToolError", "ToolTimeoutError"),
     "agent_worker.inprocess": ("InProcessWorker",),
     "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
+    "agent_worker.principal": ("Principal",),
     "agent_worker.state_toolkit": ("state_tools",),
-    "agent_worker.tools": ("Tool", "ToolContext", "tool"),
     "agent_worker.streaming": ("StreamEvent",),
+    "agent_worker.tools": ("Tool", "ToolContext", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 

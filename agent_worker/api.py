@@ -4,6 +4,14 @@ approvals, send signals, cancel, retry, fork.
 Every write commits to the store first and only then hands a lap to the
 dispatcher; a send that never arrives is re-sent by the sweeper. Invalid input
 raises ``InvalidInputError`` (or a subclass) before anything is written.
+
+Every call acts as the handle's principal (``agent_worker.principal``): it
+sees only its tenant's runs (another tenant's run is "unknown", and the store's
+transactions are narrowed to the tenant for Postgres row-level security,
+``store.tenancy``), its authorizer decides what it may do
+(``agent_worker.authorization``; a refusal raises ``PermissionDeniedError``
+and is audited), and every action is appended to the audit log in the same
+transaction as the action itself (``store.audit``).
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent_worker.access import AccessControl, check_id, ref, scoped
 from agent_worker.agent import Agent, registry
+from agent_worker.authorization import Action, Authorizer
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
@@ -36,6 +46,7 @@ from agent_worker.errors import (
     ReplayRefusedError,
     UnknownRunError,
 )
+from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
 from agent_worker.schedule_verbs import ScheduleVerbs
 from agent_worker.settings import get_settings
@@ -53,6 +64,7 @@ from agent_worker.untrusted import check_name, check_text, clean, clean_text, pa
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 from store.base import (
     ApprovalRecord,
+    AuditRecord,
     DueLap,
     EffectRecord,
     EventRecord,
@@ -68,32 +80,23 @@ from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
 
 
-def _check_id(value: str, what: str) -> str:
-    return check_name(value, what, max_chars=200)
-
-
-def _ref(value: str, what: str = "run", error: type[NotFoundError] = UnknownRunError) -> str:
-    """A reference to something stored. One that can never have been stored (not
-    a string, or holding U+0000 or a lone surrogate, which Postgres refuses even
-    as a query parameter) is simply not found, the same on both dialects."""
-    if not isinstance(value, str) or clean_text(value) != value:
-        raise error(f"unknown {what} {clean_text(str(value))!r}")
-    return value
-
-
 def _storable(*values: str | None) -> bool:
     return all(v is None or (isinstance(v, str) and clean_text(v) == v) for v in values)
 
 
-class AgentWorker(ScheduleVerbs):
-    """A handle on one store and one dispatcher; module functions use a default one.
-    Schedule verbs come from ``ScheduleVerbs``."""
+class AgentWorker(AccessControl, ScheduleVerbs):
+    """A handle on one store and one dispatcher, acting as one principal;
+    module functions use a default one (``connect`` binds another).
+    Principals, scoping, authorization and audit: ``agent_worker.access``;
+    schedule verbs: ``ScheduleVerbs``."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.rt = runtime
-
-    # --- runs ---------------------------------------------------------------
-
+    def _principal(self, by: object = None) -> str:
+        """The one place the actor of a verb comes from: the id of the handle's
+        principal, recorded as ``by``. A ``by`` argument (from a verb written
+        before principals) is ignored: what the store records never comes from
+        free text."""
+        return self.principal.id
+    @scoped
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
                   budget: Budget | None = None,
@@ -110,14 +113,26 @@ class AgentWorker(ScheduleVerbs):
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
-        operator uses ``raise_budget``."""
+        operator uses ``raise_budget``.
+
+        The run belongs to the principal's tenant; ``tenant`` may only repeat
+        it (an admin acting across tenants names the tenant here). Run ids are
+        global: an id another tenant uses raises ``RunIdUnavailableError``,
+        which says nothing about that run."""
         name = agent.name if isinstance(agent, Agent) else agent
         if isinstance(agent, Agent) and version is None:
             version = agent.version
         spec = self.rt.registry.get(name, version)
-        run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
-        if tenant is not None:
-            _check_id(tenant, "tenant")
+        run_id = check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
+        tenant = self._tenant_of_new_run(tenant)
+        self._authorize("start", None, target=run_id)
+        existing = self._existing(run_id, tenant)
+        if existing is not None:
+            if existing.agent_name != spec.name:
+                raise InvalidInputError(
+                    f"run {run_id} already exists for agent {existing.agent_name}, "
+                    f"not {spec.name}")
+            return existing
         checked_labels = check_labels(labels, self.rt.settings)
         input = admit_input(spec, input, self.rt.settings)
         traceparent = (check_traceparent(traceparent) if traceparent is not None
@@ -125,8 +140,12 @@ class AgentWorker(ScheduleVerbs):
         # A caller narrows the agent's limits, never lifts them (issue 16).
         new = new_run(spec, input, run_id=run_id, tenant=tenant, budget=budget,
                       now=self.rt.clock.now(), labels=checked_labels)
-        run, created = self.rt.store.create_run(replace(new, traceparent=traceparent))
+        with self._recorded("start", None, tenant=tenant, target=run_id,
+                            changes={"agent": spec.name, "version": spec.version,
+                                     "limits": new.limits}):
+            run, created = self.rt.store.create_run(replace(new, traceparent=traceparent))
         if not created:
+            self._claimable(run, tenant)  # raced with another tenant's start of this id
             if run.agent_name != spec.name:
                 raise InvalidInputError(
                     f"run {run_id} already exists for agent {run.agent_name}, not {spec.name}")
@@ -138,13 +157,10 @@ class AgentWorker(ScheduleVerbs):
         """A caller's JSON value under the rule of ``agent_worker.untrusted``."""
         return clean(value, max_depth=self.rt.settings.max_json_depth, what=what, strict=True)
 
-    def _principal(self, by: str) -> str:
-        """Who acts: free text (an e-mail, a service name), bounded and storable."""
-        return check_text(by, "by", max_chars=self.rt.settings.max_principal_chars)
-
     def _send_next(self, run: RunRecord) -> None:
         self.rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
 
+    @scoped
     def start_child(self, parent_run_id: str, agent: str | Agent, input: Any = None, *,
                     key: str, version: str | None = None, budget: Budget | None = None
                     ) -> RunRecord:
@@ -159,7 +175,8 @@ class AgentWorker(ScheduleVerbs):
             UnknownRunError, InvalidStateError (the parent ended), ChildLimitError.
         """
         parent = self.get_run(parent_run_id)
-        key = _check_id(key, "key")
+        key = check_id(key, "key")
+        self._authorize("start", parent, target=key)
         if parent.finished or parent.cancel_requested_at is not None:
             raise InvalidStateError(f"run {parent.id} is {parent.status}; it starts no children")
         spec = self.rt.registry.get(agent.name if isinstance(agent, Agent) else agent,
@@ -179,20 +196,29 @@ class AgentWorker(ScheduleVerbs):
         self.rt.send_all(due)
         return self.get_run(new.id)
 
+    @scoped
     def get_run(self, run_id: str) -> RunRecord:
-        """The run's current record. Raises ``UnknownRunError``."""
-        run = self.rt.store.get_run(_ref(run_id))
-        if run is None:
-            raise UnknownRunError(f"unknown run {run_id!r}")
+        """The run's current record. Raises ``UnknownRunError`` (also for a
+        run of another tenant)."""
+        run = self._visible(run_id)
+        self._authorize("read", run)
         return run
 
+    @scoped
     def list_runs(self, *, status: RunStatus | None = None, agent: str | None = None,
                   agent_version: str | None = None, tenant: str | None = None,
                   stale: bool = False, limit: int = 100, parent: str | None = None
                   ) -> list[RunRecord]:
-        """Runs, newest first; ``stale`` keeps runnable runs with no checkpoint
-        for longer than ``stale_after_seconds``; ``parent`` keeps the runs it
-        started (child runs) or forked."""
+        """Runs of the principal's tenant, newest first; ``stale`` keeps
+        runnable runs with no checkpoint for longer than ``stale_after_seconds``;
+        ``parent`` keeps the runs it started (child runs) or forked.
+        ``tenant`` narrows an admin's view across tenants; another tenant's
+        name matches nothing for everyone else."""
+        self._authorize("read", None)
+        if not self.principal.all_tenants:
+            if tenant not in (None, self.principal.tenant):
+                return []
+            tenant = self.principal.tenant
         stale_before = (self.rt.clock.now()
                         - timedelta(seconds=self.rt.settings.stale_after_seconds)
                         if stale else None)
@@ -202,6 +228,7 @@ class AgentWorker(ScheduleVerbs):
                                        tenant=tenant, stale_before=stale_before, limit=limit,
                                        parent=parent)
 
+    @scoped
     def search_runs(self, *, labels: Mapping[str, str] | None = None,
                     status: RunStatus | None = None, agent: str | None = None,
                     agent_version: str | None = None, tenant: str | None = None,
@@ -226,6 +253,11 @@ class AgentWorker(ScheduleVerbs):
                 raise InvalidInputError(f"{what} must be a timezone-aware datetime")
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidInputError("cursor must be a string from an earlier page")
+        self._authorize("read", None)
+        if not self.principal.all_tenants:
+            if tenant not in (None, self.principal.tenant):
+                return RunPage([], None)
+            tenant = self.principal.tenant
         found = RunFilter(labels=check_labels(labels, self.rt.settings), status=status,
                           agent=agent, agent_version=agent_version, tenant=tenant,
                           created_after=created_after, created_before=created_before)
@@ -240,6 +272,7 @@ class AgentWorker(ScheduleVerbs):
             raise ConfigurationError("this verb needs the SQL store")
         return store
 
+    @scoped
     def get_state(self, run_id: str) -> RunStateView:
         """The run's latest committed plan, next action, facts, budget and
         pending calls, in one query, whatever the run is doing (a lap in flight
@@ -248,8 +281,10 @@ class AgentWorker(ScheduleVerbs):
         Raises:
             UnknownRunError: no such run.
         """
-        return state_view(self._sql().run_state(_ref(run_id)), run_id)
+        self._authorize("read", self._visible(run_id))
+        return state_view(self._sql().run_state(ref(run_id)), run_id)
 
+    @scoped
     def update_state(self, run_id: str, *, facts: Mapping[str, Any] | None = None,
                      plan: Sequence[str | Mapping[str, Any]] | None = None,
                      note: str | None = None) -> StateEdit:
@@ -264,11 +299,16 @@ class AgentWorker(ScheduleVerbs):
             InvalidStateError: the run has finished.
             StateLimitError: a malformed edit or one over a bound.
         """
-        by = self._principal("api")
+        run = self._visible(run_id)
+        self._authorize("edit_state", run)
         sql = self._sql()
-        edit = state_edit(sql.run_state(_ref(run_id)), run_id, self.rt.settings,
+        edit = state_edit(sql.run_state(ref(run_id)), run_id, self.rt.settings,
                           plan=plan, facts=facts, note=note)
-        return sql.request_state_edit(run_id, edit, by=by, now=self.rt.clock.now())
+        with self._recorded("edit_state", run, reason=note,
+                            changes={"plan": plan is not None, "facts": sorted(facts or {}),
+                                     "note": note is not None}):
+            return sql.request_state_edit(run_id, edit, by=self._principal(),
+                                          now=self.rt.clock.now())
 
     def wait(self, run_id: str, timeout: float | None = None, *, poll: float = 0.2,
              until: Callable[[RunRecord], bool] | None = None) -> RunRecord:
@@ -292,7 +332,7 @@ class AgentWorker(ScheduleVerbs):
 
     # --- pauses and decisions -----------------------------------------------
 
-    def approve(self, approval_or_run: str, *, by: str, comment: str | None = None,
+    def approve(self, approval_or_run: str, *, comment: str | None = None,
                 arguments: Mapping[str, Any] | None = None) -> ApprovalRecord:
         """Approve the pending call (by approval id, or the run's only pending one).
 
@@ -300,7 +340,12 @@ class AgentWorker(ScheduleVerbs):
         validated against the tool's schema (``InvalidInputError`` otherwise,
         nothing decided); the approval keeps the original and the approved
         arguments and who decided; the effect's key stays ``run:lap:call`` and
-        its intent records the approved arguments, so a replay runs those."""
+        its intent records the approved arguments, so a replay runs those.
+
+        Raises:
+            PermissionDeniedError: the principal is not a member of the
+                approval's owner (or escalation target) or has no approver role.
+        """
         edit = None
         if arguments is not None:
             arguments = self._admit(arguments, "arguments")
@@ -308,45 +353,66 @@ class AgentWorker(ScheduleVerbs):
                 raise PayloadTooLargeError(f"arguments exceed the input limit of "
                                            f"{self.rt.settings.max_input_bytes} bytes")
             edit = argument_edit(self.rt.registry, self._agent_of, arguments)
-        return self._decide(approval_or_run, True, by, comment, edit)
+        return self._decide(approval_or_run, True, comment, edit)
 
     def _agent_of(self, run_id: str) -> tuple[str, str]:
         run = self.get_run(run_id)
         return run.agent_name, run.agent_version
 
-    def reject(self, approval_or_run: str, *, by: str, comment: str | None = None
-               ) -> ApprovalRecord:
+    def reject(self, approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
         """Reject the pending call; the model is told who rejected it and why."""
-        return self._decide(approval_or_run, False, by, comment)
+        return self._decide(approval_or_run, False, comment)
 
-    def _decide(self, ident: str, approved: bool, by: str, comment: str | None,
+    @scoped
+    def _decide(self, ident: str, approved: bool, comment: str | None,
                 edit: Callable[[ApprovalRecord], dict[str, Any]] | None = None
                 ) -> ApprovalRecord:
-        by = self._principal(by)
+        by = self._principal()
         if comment is not None:
             comment = check_text(comment, "comment",
                                  max_chars=self.rt.settings.max_approval_comment_chars)
-        _ref(ident, "approval or run", NotFoundError)
-        is_run = self.rt.store.get_run(ident) is not None
-        record, due = self.rt.store.decide_approval(
-            None if is_run else ident, ident if is_run else None, approved=approved, by=by,
-            comment=comment, now=self.rt.clock.now(), edit=edit)
+        ref(ident, "approval or run", NotFoundError)
+        named = self.rt.store.get_run(ident)
+        is_run = named is not None and self.principal.sees(named.tenant)
+        found = self.rt.store.find_approval(None if is_run else ident, ident if is_run else None)
+        run = self.rt.store.get_run(found.run_id)
+        if run is None or not self.principal.sees(run.tenant):
+            raise NotFoundError(f"unknown approval {ident!r}")
+        action: Action = "approve" if approved else "reject"
+        owners = tuple(o for o in (found.owner, found.escalate_to) if o)
+        self._authorize(action, run, owners=owners, target=found.id)
+        with self._recorded(action, run, target=found.id, reason=comment,
+                            changes={"approval": found.id, "tool": found.tool_name,
+                                     "status": "approved" if approved else "rejected",
+                                     **({"arguments": "edited"} if edit else {})}):
+            record, due = self.rt.store.decide_approval(
+                found.id, None, approved=approved, by=by, comment=comment,
+                now=self.rt.clock.now(), edit=edit)
         if due is not None:
             self.rt.send_all([due])
         return record
 
+    @scoped
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None
                        ) -> list[ApprovalRecord]:
-        """Approvals in ``status``, oldest first (the inbox)."""
+        """Approvals of the principal's tenant in ``status``, oldest first (the inbox)."""
         if not _storable(status, run_id):
             return []  # nothing stored can match
-        return self.rt.store.list_approvals(status=status, run_id=run_id)
+        if run_id is not None:
+            try:
+                self._visible(run_id)
+            except UnknownRunError:
+                return []
+        self._authorize("read", None)
+        return self.rt.store.list_approvals(status=status, run_id=run_id,
+                                            tenant=self._own_tenant())
 
+    @scoped
     def send_signal(self, run_id: str, name: str, payload: Any = None) -> SignalRecord:
         """Store a signal durably; a run waiting for ``name`` resumes, and one
         that waits later finds it. Each signal is delivered into one lap."""
         s = self.rt.settings
-        _ref(run_id)
+        run = self._visible(run_id)
         check_name(name, "signal name", max_chars=s.max_signal_name_chars)
         payload = self._admit(payload, "payload")
         # The same measure and limit as a tool result: the payload reaches the
@@ -355,71 +421,91 @@ class AgentWorker(ScheduleVerbs):
         if size > s.max_tool_result_bytes:
             raise PayloadTooLargeError(
                 f"signal payload is {size} bytes; the limit is {s.max_tool_result_bytes}")
-        record, due = self.rt.store.send_signal(run_id, name, payload, now=self.rt.clock.now(),
-                                                max_pending=s.max_pending_signals)
+        self._authorize("signal", run, target=name)
+        with self._recorded("signal", run, target=name, changes={"bytes": size}):
+            record, due = self.rt.store.send_signal(run_id, name, payload,
+                                                    now=self.rt.clock.now(),
+                                                    max_pending=s.max_pending_signals)
         if due is not None:
             self.rt.send_all([due])
         return record
 
-    def cancel(self, run_id: str, *, reason: str, by: str = "api") -> RunRecord:
+    @scoped
+    def cancel(self, run_id: str, *, reason: str) -> RunRecord:
         """Stop the run at the next lap boundary and undo its compensatable effects."""
-        _ref(run_id)
+        run = self._visible(run_id)
         reason = check_text(reason, "reason", max_chars=self.rt.settings.max_cancel_reason_chars)
-        by = self._principal(by)
-        due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
-                                           now=self.rt.clock.now())
+        by = self._principal()
+        self._authorize("cancel", run)
+        with self._recorded("cancel", run, reason=reason, changes={"from": run.status}):
+            due = self.rt.store.request_cancel(run_id, reason=reason, by=by,
+                                               now=self.rt.clock.now())
         if due is not None:
             self.rt.send_all([due])
         return self.get_run(run_id)
 
-    def retry(self, run_id: str, *, by: str = "api") -> RunRecord:
+    @scoped
+    def retry(self, run_id: str) -> RunRecord:
         """Resume a failed (or attention-needing) run from its last checkpoint.
 
         Raises:
             ReplayRefusedError: effects of the run were compensated, or its
                 history was pruned (``fork`` from an earlier lap instead).
         """
-        _ref(run_id)
-        by = self._principal(by)
-        due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
-                                    from_statuses=("failed", "waiting"),
-                                    event={"kind": "retried", "by": by}, replay=True)
+        run = self._visible(run_id)
+        by = self._principal()
+        self._authorize("retry", run)
+        with self._recorded("retry", run, changes={"from": run.status, "lap": run.next_lap}):
+            due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
+                                        from_statuses=("failed", "waiting"),
+                                        event={"kind": "retried", "by": by}, replay=True)
         self.rt.send_all([due])
         return self.get_run(run_id)
 
-    def raise_budget(self, run_id: str, *, by: str = "api", **limits: Any) -> RunRecord:
+    @scoped
+    def raise_budget(self, run_id: str, **limits: Any) -> RunRecord:
         """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it.
 
-        An operator verb: unlike ``start_run(budget=...)`` it may lift the agent's
-        limits. Nothing checks who calls it yet: until principals and roles exist
-        (issue 16, items 1 and 3: raise_budget needs the operator role), expose it
-        only to operators, never to end users or tenants' application code."""
-        by = self._principal(by)
-        run = self.get_run(run_id)
+        An operator verb (the ``raise_budget`` action): unlike
+        ``start_run(budget=...)`` it may lift the agent's limits."""
+        by = self._principal()
+        run = self._visible(run_id)
+        self._authorize("raise_budget", run)
         try:
             merged = Budget.model_validate({**run.limits, **limits})
         except ValidationError as e:
             raise InvalidInputError(f"invalid budget: {e}") from e
-        due = self.rt.store.requeue(run_id, now=self.rt.clock.now(), from_statuses=("waiting",),
-                                    event={"kind": "budget_raised", "by": by,
-                                           "limits": merged.model_dump(mode="json")},
-                                    limits=merged.model_dump(mode="json"))
+        new_limits = merged.model_dump(mode="json")
+        with self._recorded("raise_budget", run, changes={"from": run.limits, "to": new_limits}):
+            due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
+                                        from_statuses=("waiting",),
+                                        event={"kind": "budget_raised", "by": by,
+                                               "limits": new_limits},
+                                        limits=new_limits)
         self.rt.send_all([due])
         return self.get_run(run_id)
 
-    def resolve_effect(self, key: str, *, applied: bool, by: str, result: Any = None
-                       ) -> EffectRecord:
+    @scoped
+    def resolve_effect(self, key: str, *, applied: bool, result: Any = None) -> EffectRecord:
         """A human's verdict on an effect whose outcome was unknown."""
-        _ref(key, "effect", NotFoundError)
-        by = self._principal(by)
+        ref(key, "effect", NotFoundError)
+        by = self._principal()
+        # Keys are ``run:lap:call[...]`` and run ids hold no ':'.
+        try:
+            run = self._visible(key.split(":", 1)[0])
+        except UnknownRunError:
+            raise NotFoundError(f"unknown effect {key!r}") from None
+        self._authorize("resolve", run, target=key)
         result = self._admit(result, "result")
         # It stands for the tool's result: the same measure and limit.
         if payload_bytes(result) > self.rt.settings.max_tool_result_bytes:
             raise PayloadTooLargeError(
                 f"result exceeds the tool-result limit of "
                 f"{self.rt.settings.max_tool_result_bytes} bytes")
-        record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
-                                              now=self.rt.clock.now())
+        with self._recorded("resolve", run, target=key,
+                            changes={"applied": applied, "result": result}):
+            record = self.rt.store.resolve_effect(key, applied=applied, result=result, by=by,
+                                                  now=self.rt.clock.now())
         run = self.get_run(record.run_id)
         if run.status == "queued":
             self._send_next(run)
@@ -427,26 +513,32 @@ class AgentWorker(ScheduleVerbs):
 
     # --- history --------------------------------------------------------------
 
+    @scoped
     def checkpoints(self, run_id: str) -> list[tuple[int, int, Any]]:
         """(lap, schema version, committed at) of each kept checkpoint."""
-        return self.rt.store.list_checkpoints(_ref(run_id))
+        return self.rt.store.list_checkpoints(self.get_run(run_id).id)
 
+    @scoped
     def state_at(self, run_id: str, lap: int) -> Checkpoint:
         """The run's state after ``lap`` committed laps."""
-        state = self.rt.store.get_checkpoint(_ref(run_id), lap)
+        state = self.rt.store.get_checkpoint(self.get_run(run_id).id, lap)
         if state is None:
             raise NotFoundError(f"run {run_id} has no checkpoint for lap {lap}")
         return load_checkpoint(state)
 
+    @scoped
     def messages(self, run_id: str) -> list[StoredMessage]:
-        return self.rt.store.list_messages(_ref(run_id))
+        return self.rt.store.list_messages(self.get_run(run_id).id)
 
+    @scoped
     def effects(self, run_id: str) -> list[EffectRecord]:
-        return self.rt.store.list_effects(_ref(run_id))
+        return self.rt.store.list_effects(self.get_run(run_id).id)
 
+    @scoped
     def events(self, run_id: str, *, after_id: int = 0) -> list[EventRecord]:
-        return self.rt.store.list_events(_ref(run_id), after_id=after_id)
+        return self.rt.store.list_events(self.get_run(run_id).id, after_id=after_id)
 
+    @scoped
     def stream(self, run_id: str, *, after: int = 0,
                poll_seconds: float = DEFAULT_POLL_SECONDS) -> Iterator[StreamEvent]:
         """Every event of ``run_id`` after event id ``after`` as it commits (lap
@@ -460,6 +552,22 @@ class AgentWorker(ScheduleVerbs):
         """
         return _stream(self, run_id, after=after, poll_seconds=poll_seconds)
 
+    @scoped
+    def audit(self, *, principal: str | None = None, action: str | None = None,
+              run_id: str | None = None, since: datetime | None = None,
+              limit: int = 100) -> list[AuditRecord]:
+        """Audit entries of the principal's tenant (every tenant's for an admin
+        across tenants), newest first. Needs the ``audit`` action."""
+        if run_id is not None:
+            self._visible(run_id)
+        self._authorize("audit", None)
+        if not _storable(principal, action):
+            return []
+        return self.rt.store.list_audit(tenant=self._own_tenant(), principal=principal,
+                                        action=action, run_id=run_id, since=since,
+                                        limit=limit)
+
+    @scoped
     def fork(self, run_id: str, lap: int, *, new_run_id: str | None = None,
              version: str | None = None, facts: dict[str, Any] | None = None) -> RunRecord:
         """A new run starting from ``run_id``'s state after ``lap``; the original
@@ -470,7 +578,8 @@ class AgentWorker(ScheduleVerbs):
             ReplayRefusedError: retention pruned the checkpoint or the messages
                 the fork would start from.
         """
-        parent = self.get_run(run_id)
+        parent = self._visible(run_id)
+        self._authorize("fork", parent)
         if self.rt.store.get_checkpoint(run_id, lap) is None and 0 <= lap < parent.lap:
             kept = [c[0] for c in self.rt.store.list_checkpoints(run_id)]
             raise ReplayRefusedError(
@@ -478,7 +587,10 @@ class AgentWorker(ScheduleVerbs):
                 f"kept: {kept}")
         base = self.state_at(run_id, lap)
         spec = self.rt.registry.get(parent.agent_name, version or parent.agent_version)
-        new_id = _check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
+        new_id = check_id(new_run_id, "run_id") if new_run_id else uuid.uuid4().hex
+        existing = self._existing(new_id, parent.tenant)
+        if existing is not None:
+            return existing
         facts = self._admit(facts, "facts")
         if _json_size(facts, "facts") > self.rt.settings.max_input_bytes:
             raise PayloadTooLargeError(
@@ -494,12 +606,18 @@ class AgentWorker(ScheduleVerbs):
             "agent_version": spec.version,
             "facts": {**base.facts, **(facts or {})},
             "budget": base.budget.model_copy(update={"started_at": now})})
-        run, created = self.rt.store.create_run(NewRun(
-            id=new_id, tenant=parent.tenant, agent_name=spec.name, agent_version=spec.version,
-            input=parent.input, limits=parent.limits, retention=parent.retention,
-            checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-            messages=[m.message for m in history], now=now, parent_run_id=run_id,
-            forked_from_lap=lap, start_lap=lap))
+        with self._recorded("fork", parent, target=new_id,
+                            changes={"lap": lap, "new_run": new_id, "version": spec.version,
+                                     "facts": facts}):
+            run, created = self.rt.store.create_run(NewRun(
+                id=new_id, tenant=parent.tenant, agent_name=spec.name,
+                agent_version=spec.version, input=parent.input, limits=parent.limits,
+                retention=parent.retention, checkpoint=dump_checkpoint(checkpoint),
+                schema_version=CHECKPOINT_SCHEMA_VERSION,
+                messages=[m.message for m in history], now=now, parent_run_id=run_id,
+                forked_from_lap=lap, start_lap=lap))
+        if not created:
+            self._claimable(run, parent.tenant)
         if created:
             self._send_next(run)
         return run
@@ -564,6 +682,15 @@ def client() -> AgentWorker:
     return _default.get()
 
 
+def connect(principal: Principal | None = None, *,
+            authorizer: Authorizer | None = None) -> AgentWorker:
+    """A handle on the configured store and broker acting as ``principal``
+    (default: the configured one, ``AGENT_WORKER_PRINCIPAL_*``); ``authorizer``
+    replaces the built-in roles (``agent_worker.authorization``)."""
+    base = client()
+    return base.acting_as(principal or base.principal, authorizer=authorizer)
+
+
 def _load_agents(modules: str) -> None:
     registry.import_modules(modules.split(","))
 
@@ -619,25 +746,25 @@ def list_runs(**filters: Any) -> list[RunRecord]:
     return client().list_runs(**filters)
 
 
-def approve(approval_or_run: str, *, by: str, comment: str | None = None,
+def approve(approval_or_run: str, *, comment: str | None = None,
             arguments: Mapping[str, Any] | None = None) -> ApprovalRecord:
-    return client().approve(approval_or_run, by=by, comment=comment, arguments=arguments)
+    return client().approve(approval_or_run, comment=comment, arguments=arguments)
 
 
-def reject(approval_or_run: str, *, by: str, comment: str | None = None) -> ApprovalRecord:
-    return client().reject(approval_or_run, by=by, comment=comment)
+def reject(approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
+    return client().reject(approval_or_run, comment=comment)
 
 
 def send_signal(run_id: str, name: str, payload: Any = None) -> SignalRecord:
     return client().send_signal(run_id, name, payload)
 
 
-def cancel(run_id: str, *, reason: str, by: str = "api") -> RunRecord:
-    return client().cancel(run_id, reason=reason, by=by)
+def cancel(run_id: str, *, reason: str) -> RunRecord:
+    return client().cancel(run_id, reason=reason)
 
 
-def retry(run_id: str, *, by: str = "api") -> RunRecord:
-    return client().retry(run_id, by=by)
+def retry(run_id: str) -> RunRecord:
+    return client().retry(run_id)
 
 
 def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str | None = None,
@@ -672,7 +799,8 @@ def trigger_schedule(name: str) -> RunRecord | None:
     return client().trigger_schedule(name)
 
 
-__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "delete_schedule",
+__all__ = ["AgentWorker", "approve", "cancel", "client", "configure", "connect",
+           "delete_schedule",
            "fork", "get_run", "get_state", "list_runs", "list_schedules", "pause_schedule",
            "reject", "resume_schedule", "retry", "schedule", "search_runs", "send_signal",
            "start_child", "start_run", "stream", "trigger_schedule", "update_state",

@@ -80,6 +80,20 @@ class UnknownScheduleError(NotFoundError):
 
     code = "unknown_schedule"
 
+class RunIdUnavailableError(InvalidInputError):
+    """Raised when ``start_run`` names a run id that is taken by a run the caller
+    may not see (run ids are global): nothing about that run is revealed."""
+
+    code = "run_id_unavailable"
+
+
+class PermissionDeniedError(AgentWorkerError):
+    """Raised when the acting principal may not do what it asked (its roles, the
+    application's authorizer or an approval's owner say no); the refusal is
+    recorded in the audit log."""
+
+    code = "permission_denied"
+
 
 class InvalidStateError(AgentWorkerError):
     """Raised when an operation does not fit the run's current status."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_worker.authorization import Action
 from agent_worker.engine.crontimes import check_cron, next_after, zone
 from agent_worker.engine.newrun import admit_input
 from agent_worker.engine.schedules import fire, run_id_for
 from agent_worker.errors import InvalidScheduleError, UnknownScheduleError
+from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
 from agent_worker.untrusted import check_name, clean_text
 from agent_worker.vocabulary import CATCH_UPS, OVERLAPS, CatchUp, Overlap
@@ -28,12 +30,23 @@ MAX_CATCHUP_LIMIT = 1000
 
 
 class ScheduleVerbs:
-    """Schedules on ``self.rt``; the actor comes from ``AgentWorker._principal``."""
+    """Schedules on ``self.rt``, seen and managed within the principal's tenant
+    like runs (``agent_worker.access``: the actor, the tenant check and the
+    authorizer come from ``AgentWorker``). Managing a schedule is starting runs
+    later, so it takes the ``start`` action."""
 
     rt: Runtime
+    principal: Principal
 
-    def _principal(self, by: str) -> str:
+    def _principal(self, by: object = None) -> str:
         raise NotImplementedError  # AgentWorker's
+
+    def _tenant_of_new_run(self, tenant: str | None) -> str | None:
+        raise NotImplementedError  # AccessControl's
+
+    def _authorize(self, action: Action, run: RunRecord | None, *,
+                   owners: tuple[str, ...] = (), target: str | None = None) -> None:
+        raise NotImplementedError  # AccessControl's
 
     def schedule(self, name: str, agent: str, cron: str = "0 2 * * *", input: Any = None, *,
                  timezone: str = "UTC", catchup: CatchUp = "skip", catchup_limit: int = 10,
@@ -52,8 +65,8 @@ class ScheduleVerbs:
         # An identifier (no '@'): the run ids ``name@<fire time>`` stay unambiguous.
         name = check_name(name, "schedule name", max_chars=MAX_SCHEDULE_NAME_CHARS)
         spec = self.rt.registry.get(agent, version)
-        if tenant is not None:
-            check_name(tenant, "tenant", max_chars=200)
+        tenant = self._tenant_of_new_run(tenant)
+        self._authorize("start", None, target=name)
         zone(timezone)
         now = self.rt.clock.now()
         cron = check_cron(cron, timezone, now)
@@ -76,34 +89,40 @@ class ScheduleVerbs:
     def get_schedule(self, name: str) -> ScheduleRecord:
         """The schedule ``name``. Raises ``UnknownScheduleError``."""
         found = None if not _storable(name) else self.rt.store.get_schedule(name)
-        if found is None:
+        if found is None or not self.principal.sees(found.tenant):
             raise UnknownScheduleError(f"unknown schedule {clean_text(str(name))!r}")
         return found
 
     def list_schedules(self, *, tenant: str | None = None, limit: int = 100
                        ) -> list[ScheduleRecord]:
-        """Schedules by name."""
+        """Schedules of the principal's tenant by name (``tenant`` narrows an
+        admin's view across tenants)."""
         if tenant is not None and not _storable(tenant):
             return []
+        if not self.principal.all_tenants:
+            if tenant not in (None, self.principal.tenant):
+                return []
+            tenant = self.principal.tenant
         return self.rt.store.list_schedules(tenant=tenant, limit=limit)
 
     def pause_schedule(self, name: str) -> ScheduleRecord:
         """Stop firing ``name`` until ``resume_schedule``; a running run goes on."""
-        self.get_schedule(name)
+        self._managed(name)
         return self.rt.store.set_schedule_paused(name, paused=True, next_fire_at=None,
                                                  now=self.rt.clock.now())
 
     def resume_schedule(self, name: str) -> ScheduleRecord:
         """Fire ``name`` again from its next fire time after now: fire times
         that passed while it was paused are not owed (pausing means "not then")."""
-        s = self.get_schedule(name)
+        s = self._managed(name)
         now = self.rt.clock.now()
         return self.rt.store.set_schedule_paused(
             name, paused=False, next_fire_at=next_after(s.cron, s.timezone, now), now=now)
 
     def delete_schedule(self, name: str) -> None:
         """Delete ``name``; runs it started are untouched."""
-        if not _storable(name) or not self.rt.store.delete_schedule(name):
+        self._managed(name)
+        if not self.rt.store.delete_schedule(name):
             raise UnknownScheduleError(f"unknown schedule {clean_text(str(name))!r}")
 
     def trigger_schedule(self, name: str) -> RunRecord | None:
@@ -111,13 +130,20 @@ class ScheduleVerbs:
         regular fire times are unchanged. The run id carries the current second,
         so a double-clicked trigger starts one run. Returns the run, or ``None``
         when the overlap policy skipped it."""
-        s = self.get_schedule(name)
+        s = self._managed(name)
         now = self.rt.clock.now()
         at = now.replace(microsecond=0)
         firing = fire(self.rt, s, [at], claimed=None, next_fire_at=None, now=now)
         if firing.skipped:
             return None
         return self.rt.store.get_run(run_id_for(name, at))
+
+
+    def _managed(self, name: str) -> ScheduleRecord:
+        """The schedule, if visible to the principal and it may manage it."""
+        found = self.get_schedule(name)
+        self._authorize("start", None, target=name)
+        return found
 
 
 def _storable(value: Any) -> bool:

@@ -12,6 +12,8 @@ from functools import lru_cache
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from agent_worker.authorization import DEFAULT_GRANTS
+
 
 class Settings(BaseSettings):
     """Every knob of agent-worker, with why it exists."""
@@ -115,7 +117,28 @@ class Settings(BaseSettings):
     )
     max_cancel_reason_chars: int = Field(2000, ge=1, description="Longest cancel reason.")
     max_principal_chars: int = Field(
-        200, ge=1, le=200, description="Longest `by` (who decided, cancelled or retried)."
+        200, ge=1, le=200, description="Longest principal id a client acts as (stored as `by`: "
+        "who decided, cancelled or retried, and in the audit log)."
+    )
+    principal_id: str = Field(
+        "",
+        description="Who the module-level functions and the CLI act as (recorded as `by` and "
+        "in the audit log); empty: `local:<OS user>`.",
+    )
+    principal_tenant: str = Field(
+        "*",
+        description="Tenant of that principal; `*` (every tenant, admins only) is the "
+        "single-tenant default. A multi-tenant deployment sets its tenant here.",
+    )
+    principal_roles: str = Field(
+        "admin",
+        description="Comma-separated roles and groups of that principal (submitter, approver, "
+        "operator, admin, or a group an agent's `approval_owner` names).",
+    )
+    role_grants: dict[str, list[str]] = Field(
+        DEFAULT_GRANTS,
+        description="JSON mapping of role to the actions it allows (read, start, signal, "
+        "cancel, approve, reject, retry, fork, resolve, raise_budget, edit_state, audit).",
     )
     max_labels: int = Field(
         16, ge=1, le=64, description="Most labels one run may carry (`start_run(labels=...)`)."

@@ -128,7 +128,9 @@ def row_bytes(url: str, owners: Mapping[str, str], key: str) -> dict[str, int]:
     """Stored bytes of the rows whose ``owners[table]`` column equals ``key``,
     per table (row datum as stored plus a 4-byte line pointer)."""
     out: dict[str, int] = {}
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+    # The system scope: row-level security hides every tenant's rows otherwise.
+    with psycopg.connect(libpq_url(url), autocommit=True,
+                         options="-c agent_worker.tenant=*") as conn:
         for table, column in owners.items():
             row = conn.execute(
                 f"SELECT coalesce(sum(pg_column_size(t.*) + 4), 0), count(*) "

@@ -18,6 +18,9 @@ from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
 from agent_worker.vocabulary import RunStatus as RunStatus
 from agent_worker.vocabulary import WaitingFor
+from store.auditbase import AuditEntry as AuditEntry
+from store.auditbase import AuditRecord as AuditRecord
+from store.auditbase import AuditStore
 from store.childbase import ChildStore
 from store.edits import StateEdit
 from store.schedtypes import ScheduleStore
@@ -343,7 +346,7 @@ class LapStore(Protocol):
                      *, now: datetime) -> None: ...
 
 
-class Store(LapStore, ScheduleStore, ChildStore, Protocol):
+class Store(LapStore, ScheduleStore, ChildStore, AuditStore, Protocol):
     """Everything above plus what the public API and the CLI need: starting
     runs, queries, human decisions and history."""
 
@@ -375,8 +378,12 @@ class Store(LapStore, ScheduleStore, ChildStore, Protocol):
         edit: Callable[[ApprovalRecord], dict[str, Any]] | None = None,
     ) -> tuple[ApprovalRecord, DueLap | None]: ...
 
+    def find_approval(self, approval_id: str | None, run_id: str | None) -> ApprovalRecord:
+        """The approval a decision names (by id, or the run's); raises ``NotFoundError``."""
+        ...
+
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
-                       limit: int = 100) -> list[ApprovalRecord]: ...
+                       limit: int = 100, tenant: str | None = None) -> list[ApprovalRecord]: ...
 
     def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
                     max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]: ...

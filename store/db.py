@@ -8,6 +8,8 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
+from store import tenancy
+
 #: JSON columns stored without the spaces ``json.dumps`` puts after ``,`` and
 #: ``:`` by default: a lap writes its messages, checkpoint and event as JSON on
 #: every lap, and the spaces were about 85 bytes of its ~2.4 KB.
@@ -38,8 +40,14 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     if "poolclass" not in kwargs:
         kwargs.setdefault("pool_size", 5)
         kwargs.setdefault("max_overflow", 5)
+    # Our processes are trusted with every tenant (``store.tenancy``): the
+    # system scope is set once per connection, and the API narrows each
+    # transaction to its principal's tenant.
+    kwargs["connect_args"] = tenancy.system_connect_args(kwargs.get("connect_args", {}))
     # No pre-ping: it costs a round trip per transaction (three per lap). A
     # connection that died with a Postgres restart fails its first statement
     # as a disconnect, SQLAlchemy invalidates the pool, and store.retry reruns
     # the whole transaction on a fresh connection.
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    tenancy.install(engine)
+    return engine

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import children, lapcommit, pauses, statements, sweeping, wakeups
+from store import audit, children, lapcommit, pauses, statements, sweeping, wakeups
 from store import state as _state
 from store.base import (
     ApprovalRecord,
@@ -250,6 +250,8 @@ class SqlLapStore(SqlBase):
             done = self._tx(lambda c: sweeping.prune_batch(
                 c, checkpoints_before=checkpoints_before, ledger_before=ledger_before,
                 batch=batch))
+            done["audit_log"] = self._tx(lambda c: audit.prune_tx(c, before=ledger_before,
+                                                                  batch=batch))
             for k, v in done.items():
                 totals[k] = totals.get(k, 0) + v
             if not any(done.values()):

@@ -294,3 +294,28 @@ class ChildRunRow(Base):
 
     __table_args__ = (Index("ix_child_runs_group", "group_key", "position"),
                       Index("ix_child_runs_parent", "parent_run_id"))
+
+
+class AuditRow(Base):
+    """Append-only record of every human or operator action, refusals included
+    (issue 16). Postgres refuses UPDATE and DELETE of it outside the retention
+    prune (migration ``0003_tenancy``)."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    at: Mapped[datetime]
+    tenant: Mapped[str | None] = mapped_column(String(200))
+    principal: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(50))
+    outcome: Mapped[str] = mapped_column(String(20))
+    run_id: Mapped[str | None] = mapped_column(String(200))
+    target: Mapped[str | None] = mapped_column(String(300))
+    reason: Mapped[str | None] = mapped_column(Text)
+    changes: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (Index("ix_audit_log_tenant", "tenant", "id"),
+                      Index("ix_audit_log_run", "run_id", "id"),
+                      Index("ix_audit_log_at", "at"))

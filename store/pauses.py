@@ -83,6 +83,12 @@ def _find_approval(conn: Connection, approval_id: str | None,
     raise InvalidStateError(f"run {run_id} has no approval to decide")
 
 
+def find_approval(conn: Connection, approval_id: str | None,
+                  run_id: str | None) -> ApprovalRecord:
+    """The approval a decision names: by id, or the run's pending (else latest) one."""
+    return _find_approval(conn, approval_id, run_id)
+
+
 def decide_approval(
     conn: Connection, approval_id: str | None, run_id: str | None, *, approved: bool, by: str,
     comment: str | None, now: datetime,
@@ -118,11 +124,13 @@ def decide_approval(
 
 
 def list_approvals(conn: Connection, *, status: str, run_id: str | None,
-                   limit: int) -> list[ApprovalRecord]:
+                   limit: int, tenant: str | None = None) -> list[ApprovalRecord]:
     q = select(approvals).where(approvals.c.status == status).order_by(
         approvals.c.requested_at).limit(limit)
     if run_id is not None:
         q = q.where(approvals.c.run_id == run_id)
+    if tenant is not None:
+        q = q.where(approvals.c.run_id.in_(select(runs.c.id).where(runs.c.tenant == tenant)))
     return [to_approval(r) for r in conn.execute(q)]
 
 

@@ -12,10 +12,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from agent_worker.errors import RunIdUnavailableError
 from agent_worker.vocabulary import RUNNABLE, RunStatus
-from store import listing, pauses, state
+from store import audit, listing, pauses, state
 from store.base import (
     ApprovalRecord,
+    AuditEntry,
+    AuditRecord,
     DueLap,
     EffectRecord,
     EventRecord,
@@ -45,11 +48,15 @@ class SqlStore(SqlScheduleStore, SqlChildStore, SqlLapStore):
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         try:
             return self._tx(lambda c: create_run_tx(c, new))
-        except IntegrityError:
+        except IntegrityError as e:
             # Two callers raced with the same run id: the other one created it.
+            # Or the id belongs to a run this transaction's tenant may not see
+            # (row-level security hid it from the SELECT above): refused, and
+            # nothing about that run is said.
             run = self.get_run(new.id)
             if run is None:
-                raise
+                raise RunIdUnavailableError(
+                    f"run id {new.id!r} is not available; choose another") from e
             return run, False
 
     def list_runs(
@@ -89,10 +96,14 @@ class SqlStore(SqlScheduleStore, SqlChildStore, SqlLapStore):
             c, approval_id, run_id, approved=approved, by=by, comment=comment, now=now,
             edit=edit))
 
+    def find_approval(self, approval_id: str | None, run_id: str | None) -> ApprovalRecord:
+        return self._read(lambda c: pauses.find_approval(c, approval_id, run_id))
+
     def list_approvals(self, *, status: str = "pending", run_id: str | None = None,
-                       limit: int = 100) -> list[ApprovalRecord]:
+                       limit: int = 100, tenant: str | None = None) -> list[ApprovalRecord]:
+        """With ``tenant``, only approvals of that tenant's runs."""
         return self._read(lambda c: pauses.list_approvals(c, status=status, run_id=run_id,
-                                                          limit=limit))
+                                                          limit=limit, tenant=tenant))
 
     def send_signal(self, run_id: str, name: str, payload: Any, *, now: datetime,
                     max_pending: int | None = None) -> tuple[SignalRecord, DueLap | None]:
@@ -145,6 +156,16 @@ class SqlStore(SqlScheduleStore, SqlChildStore, SqlLapStore):
                            now: datetime) -> StateEdit:
         """Store an operator's edit for the next lap (``store.state``)."""
         return self._tx(lambda c: state.request_edit(c, run_id, edit, by=by, now=now))
+
+    def append_audit(self, entry: AuditEntry, *, now: datetime) -> None:
+        self._tx(lambda c: audit.append_tx(c, entry, now))
+
+    def list_audit(self, *, tenant: str | None, principal: str | None = None,
+                   action: str | None = None, run_id: str | None = None,
+                   since: datetime | None = None, limit: int = 100) -> list[AuditRecord]:
+        return self._read(lambda c: audit.list_tx(c, tenant=tenant, principal=principal,
+                                                  action=action, run_id=run_id, since=since,
+                                                  limit=limit))
 
 
 __all__ = ["SqlStore"]

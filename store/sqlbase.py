@@ -11,6 +11,7 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from store import audit
 from store.db import make_engine
 from store.dbtime import read_now
 from store.retry import with_retry
@@ -68,9 +69,14 @@ class SqlBase:
     def _tx(self, fn: Callable[[Connection], T]) -> T:
         def attempt() -> T:
             with self.engine.begin() as conn:
-                return fn(conn)
+                out = fn(conn)
+                # An operator verb's audit entry commits with what it did (store.audit).
+                audit.write_pending(conn)
+                return out
 
-        return with_retry(attempt)
+        out = with_retry(attempt)
+        audit.committed()
+        return out
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         def attempt() -> T:

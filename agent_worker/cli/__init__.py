@@ -15,8 +15,11 @@ import sys
 import click
 import typer
 
-from agent_worker.cli import actions, ops, runs, schedules, state
+from agent_worker.cli import actions, audit, ops, runs, schedules, state
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
+from agent_worker.principal import default_principal
+from agent_worker.settings import get_settings
+from store import tenancy
 
 app = typer.Typer(
     name="agent-worker", no_args_is_help=True, add_completion=False,
@@ -35,6 +38,7 @@ app.command("signal")(actions.signal)
 app.command("fork")(actions.fork)
 app.add_typer(actions.approvals_app, name="approvals")
 app.add_typer(actions.effects_app, name="effects")
+app.command("audit")(audit.audit)
 app.add_typer(ops.db_app, name="db")
 app.add_typer(schedules.app, name="schedules")
 app.command("worker", context_settings=ops.PASS_THROUGH)(ops.worker)
@@ -49,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     # Known before parsing: a usage error must be JSON too when --json was asked for.
     as_json = "--json" in (sys.argv[1:] if argv is None else argv)
     try:
-        result = command.main(args=argv, prog_name="agent-worker", standalone_mode=False)
+        # Every statement of the command, the few aggregates that read the store
+        # directly included, is narrowed to the principal's tenant (row-level
+        # security); building the principal touches no database.
+        with tenancy.scope(default_principal(get_settings()).tenant):
+            result = command.main(args=argv, prog_name="agent-worker", standalone_mode=False)
         code = result if isinstance(result, int) else 0
     except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
         code = report(INTERRUPTED, "interrupted", "interrupted", as_json=as_json)

@@ -14,7 +14,6 @@ from agent_worker.cli import render, views
 from agent_worker.cli.common import (
     BAD_INPUT,
     FAILED,
-    ByOpt,
     JsonOpt,
     client,
     console,
@@ -92,14 +91,14 @@ def submit(
         _print_run(run, "started")
 
 
-def _decide(approve: bool, ident: str, by: str, comment: str | None, json_out: bool,
+def _decide(approve: bool, ident: str, comment: str | None, json_out: bool,
             arguments: str | None = None) -> None:
     aw = client()
     if arguments is not None:
-        record = aw.approve(ident, by=by, comment=comment,
+        record = aw.approve(ident, comment=comment,
                             arguments=parse_json_arg(arguments, "arguments"))
     else:
-        record = (aw.approve if approve else aw.reject)(ident, by=by, comment=comment)
+        record = (aw.approve if approve else aw.reject)(ident, comment=comment)
     run = aw.get_run(record.run_id)
     if json_out:
         emit_json({**views.approval_view(record, now()), "run_status": run.status})
@@ -114,24 +113,22 @@ IdentArg = Annotated[str, typer.Argument(metavar="APPROVAL_OR_RUN",
 CommentOpt = Annotated[str | None, typer.Option(help="Why (the model sees it on reject).")]
 
 
-def approve(ident: IdentArg, by: ByOpt, comment: CommentOpt = None,
+def approve(ident: IdentArg, comment: CommentOpt = None,
             arguments: Annotated[str | None, typer.Option(
                 help="Run the call with these arguments instead (JSON, @file or -); "
                      "checked against the tool's schema.")] = None,
             json_out: JsonOpt = False) -> None:
     """Approve a pending call; the run resumes and makes it."""
-    _decide(True, ident, by, comment, json_out, arguments)
+    _decide(True, ident, comment, json_out, arguments)
 
 
-def reject(ident: IdentArg, by: ByOpt, comment: CommentOpt = None,
-           json_out: JsonOpt = False) -> None:
+def reject(ident: IdentArg, comment: CommentOpt = None, json_out: JsonOpt = False) -> None:
     """Reject a pending call; the model is told who rejected it and why."""
-    _decide(False, ident, by, comment, json_out)
+    _decide(False, ident, comment, json_out)
 
 
 def cancel(
     run_id: RunArg,
-    by: ByOpt,
     reason: Annotated[str, typer.Option(help="Why (recorded on the run).")],
     wait: Annotated[bool, typer.Option(help="Wait until compensations ran and the run is "
                                             "cancelled.")] = False,
@@ -140,7 +137,7 @@ def cancel(
 ) -> None:
     """Cancel a run at its next lap boundary; compensatable effects are undone."""
     aw = client()
-    run = aw.cancel(run_id, reason=reason, by=by)
+    run = aw.cancel(run_id, reason=reason)
     if wait:
         _finish(aw.wait(run.id, timeout), json_out, expect="cancelled")
     elif json_out:
@@ -149,9 +146,9 @@ def cancel(
         _print_run(run, "cancelling")
 
 
-def retry(run_id: RunArg, by: ByOpt, json_out: JsonOpt = False) -> None:
+def retry(run_id: RunArg, json_out: JsonOpt = False) -> None:
     """Resume a failed (or attention-needing) run from its last checkpoint."""
-    run = client().retry(run_id, by=by)
+    run = client().retry(run_id)
     if json_out:
         emit_json(_summary(run))
     else:
@@ -235,7 +232,6 @@ def effects_list(
 @effects_app.command("resolve")
 def effects_resolve(
     key: Annotated[str, typer.Argument(help="The effect's idempotency key (run:lap:call).")],
-    by: ByOpt,
     applied: Annotated[bool | None, typer.Option(
         "--applied/--not-applied",
         help="What you found out: it landed (reuse --result), or it did not (call again).",
@@ -249,12 +245,11 @@ def effects_resolve(
     if applied is None:
         fail(BAD_INPUT, "invalid_input", "say --applied or --not-applied")
     aw = client()
-    record = aw.resolve_effect(key, applied=applied, by=by,
-                               result=parse_json_arg(result, "--result"))
+    record = aw.resolve_effect(key, applied=applied, result=parse_json_arg(result, "--result"))
     current = next((e for e in aw.effects(record.run_id) if e.key == key), None)
     run = aw.get_run(record.run_id)
     out = {"key": key, "run_id": record.run_id, "resolved": "applied" if applied
-           else "not_applied", "by": by,
+           else "not_applied", "by": aw.principal.id,
            "effect": None if current is None else views.effect_view(current),
            "run_status": run.status}
     if json_out:

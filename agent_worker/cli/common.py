@@ -9,6 +9,8 @@ Exit codes (stable, for scripts):
     2  bad input: malformed JSON, unknown agent/approval/effect, invalid ids
     3  not found: no such run
     4  invalid state: the run or approval does not allow that now
+    5  permission denied: the principal (AGENT_WORKER_PRINCIPAL_*) may not
+       do that; the refusal is in the audit log
   130  interrupted
 
 With ``--json`` an error is one JSON object on stderr instead of the text line:
@@ -17,7 +19,6 @@ With ``--json`` an error is one JSON object on stderr instead of the text line:
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import sys
@@ -40,27 +41,18 @@ from agent_worker.errors import (
     InvalidInputError,
     InvalidStateError,
     NotFoundError,
+    PermissionDeniedError,
 )
 from store.sql import SqlStore
 
 OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE, INTERRUPTED = 0, 1, 2, 3, 4, 130
+PERMISSION_DENIED = 5
 EXIT_MEANINGS = {OK: "ok", FAILED: "operational failure", BAD_INPUT: "bad input",
                  NOT_FOUND: "not found", INVALID_STATE: "invalid state",
-                 INTERRUPTED: "interrupted"}
+                 PERMISSION_DENIED: "permission denied", INTERRUPTED: "interrupted"}
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
-
-def default_by() -> str:
-    """Who is acting, for the audit log, when ``--by`` is not given."""
-    try:
-        return f"cli:{getpass.getuser()}"
-    except Exception:  # no passwd entry (some containers)
-        return "cli"
-
-
-ByOpt = Annotated[str, typer.Option("--by", default_factory=default_by, show_default="cli:$USER",
-                                    help="Who is acting (recorded in the audit log).")]
 
 # Piped output is for grep and less, not an 80-column terminal: don't wrap tables.
 console = SafeConsole(highlight=False,
@@ -77,7 +69,9 @@ class CliFailure(Exception):
 
 def client() -> Any:
     """The default ``AgentWorker`` (store and Celery broker from settings),
-    built on first use so ``--help`` never touches the database."""
+    built on first use so ``--help`` never touches the database. It acts as
+    the configured principal (``AGENT_WORKER_PRINCIPAL_ID``, ``_TENANT``,
+    ``_ROLES``): there is no ``--by``, the audit log says who from that."""
     return default_client()
 
 
@@ -176,6 +170,8 @@ def classify(e: BaseException) -> tuple[int, str, str]:
     """(exit code, error code, message) for anything a command raised."""
     if isinstance(e, CliFailure):
         return e.exit_code, e.code, str(e)
+    if isinstance(e, PermissionDeniedError):
+        return PERMISSION_DENIED, e.code, str(e)
     if isinstance(e, NotFoundError):
         return NOT_FOUND, e.code, str(e)
     if isinstance(e, InvalidInputError):
@@ -235,6 +231,6 @@ def fail(exit_code: int, code: str, message: str) -> NoReturn:
 
 
 __all__ = ["BAD_INPUT", "EXIT_MEANINGS", "FAILED", "INTERRUPTED", "INVALID_STATE", "NOT_FOUND",
-           "OK", "ByOpt", "CliFailure", "JsonOpt", "ago", "classify", "client", "console",
-           "emit_json", "fail", "jsonable", "one_of", "parse_json_arg", "report", "span",
+           "OK", "PERMISSION_DENIED", "CliFailure", "JsonOpt", "ago", "classify", "client",
+           "console", "emit_json", "fail", "jsonable", "one_of", "parse_json_arg", "report", "span",
            "sql_store", "styled_status"]

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 
 from agent_worker.api import AgentWorker
 from agent_worker.demo.vendor import start_vendor
+from store.db import make_engine
 from store.retry import with_retry
 from tests.chaos.conftest import PrivatePostgres, PrivateRedis
 from tests.support import Fleet, Proc, default_timing
@@ -208,7 +209,7 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
     with capsys.disabled():
         print(f"\nchaos ({timing} timings): seed {SEED} (replay with AW_CHAOS_SEED={SEED}), "
               f"{n_runs} runs x {n_laps} laps, {WORKERS} workers x {CONCURRENCY}")
-    db = create_engine(database_url, pool_pre_ping=True)
+    db = make_engine(database_url, pool_pre_ping=True)  # every tenant's rows
     vendor_db = tmp_path / "vendor.db"
     with start_vendor(vendor_db) as vendor:
         env = {"AGENT_WORKER_VENDOR_URL": vendor.url, "REMAP_SIGTERM": "SIGQUIT",

@@ -14,12 +14,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from agent_worker.api import AgentWorker
 from store.base import RunRecord
+from store.db import make_engine
 from tests.chaos.conftest import PgStop, PrivatePostgres, PrivateRedis
 from tests.integration.test_lap_loop import assert_laps_exactly_once
+from tests.principals import acting
 from tests.support import Fleet, Proc, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
@@ -62,7 +64,7 @@ def assert_loop_run_whole(aw: AgentWorker, run_id: str, laps: int) -> None:
 def assert_snapshot_consistent(database_url: str) -> None:
     """In one snapshot: each run's row, checkpoints, commit events and messages
     agree, so no reader can ever observe part of a lap."""
-    engine = create_engine(database_url, isolation_level="REPEATABLE READ")
+    engine = make_engine(database_url, isolation_level="REPEATABLE READ")  # all tenants
     try:
         with engine.connect() as c:
             bad = c.execute(text("""
@@ -312,7 +314,7 @@ def test_poison_lap_is_dead_lettered_and_retry_resumes_from_the_checkpoint(
     assert all(g >= backoff for g in gaps), gaps
 
     marker.touch()  # the operator's fix
-    aw.retry(fragile.id, by="test")
+    acting(aw, "test").retry(fragile.id)
     done = aw.wait(fragile.id, timeout=120)
     assert done.status == "succeeded", done.error_detail
     assert done.result == {"laps": 4}

@@ -15,6 +15,7 @@ from agent_worker import Budget, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
 from agent_worker.messages import ModelRequest, ModelResponse
 from store.sql import SqlStore
+from tests.principals import acting
 
 AGENT_LIMITS = Budget(max_laps=3, max_cost=Decimal("5"), max_input_tokens=10_000,
                       on_exceed="fail")
@@ -79,7 +80,7 @@ def test_a_caller_may_choose_to_pause_and_only_raise_budget_lifts(w: InProcessWo
     run = _run_out(w, Budget(max_laps=None, on_exceed="pause"))
     assert (run.status, run.waiting_for, run.laps_used) == ("waiting", "budget", 3)
     # The operator verb still lifts a limit past the agent's own.
-    raised = w.raise_budget(run.id, by="ops:dana", max_laps=5)
+    raised = acting(w, "ops:dana").raise_budget(run.id, max_laps=5)
     assert raised.limits["max_laps"] == 5
     w.run_until_idle()
     run = w.get_run(run.id)

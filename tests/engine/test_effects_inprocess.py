@@ -21,6 +21,7 @@ from agent_worker.agent import Agent, Registry
 from agent_worker.constants import compensation_key, effect_key
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext, ToolKind
+from tests.principals import acting
 
 
 class FakeVendor:
@@ -189,7 +190,7 @@ def test_pending_effect_without_lookup_or_idempotency_waits_for_a_human(
     assert vendor.calls == [key]
 
     found = vendor.find(key)
-    worker.resolve_effect(key, applied=landed, by="ops@example.com", result=found)
+    acting(worker, "ops@example.com").resolve_effect(key, applied=landed, result=found)
     done = worker.wait(run.id, timeout=30)
     assert done.status == "succeeded", done.error_detail
     assert vendor.by_key() == {key: 1}
@@ -255,9 +256,9 @@ def test_irreversible_call_waits_for_a_recorded_approval(worker: InProcessWorker
     assert vendor.calls == []
 
     if approved:
-        worker.approve(run.id, by="cfo@example.com")
+        acting(worker, "cfo@example.com").approve(run.id)
     else:
-        worker.reject(run.id, by="cfo@example.com", comment="wrong account")
+        acting(worker, "cfo@example.com").reject(run.id, comment="wrong account")
     done = worker.wait(run.id, timeout=30)
     assert done.status == "succeeded", done.error_detail
     if approved:

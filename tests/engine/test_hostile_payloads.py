@@ -25,6 +25,7 @@ from agent_worker.errors import (
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import ToolContext
 from store.sql import SqlStore
+from tests.principals import acting
 
 FFFD = "\ufffd"
 HOSTILE = "a\x00b\ud800c\udfffd"
@@ -321,16 +322,17 @@ def test_look_alike_agent_tool_and_signal_names_are_refused(worker: InProcessWor
 
 def test_operator_text_is_bounded_and_stored_by_the_rule(worker: InProcessWorker) -> None:
     """Was: NUL-bearing or over-long reasons, comments and ``by`` raised raw
-    SQLAlchemy errors on Postgres."""
+    SQLAlchemy errors on Postgres. ``by`` is now the principal's id: bounded and
+    cleaned the same way when the principal is made."""
     name = _scripted("h-approve", turn("", [("echo_approved", {"text": "x"})]),
                      approval_owner="ops")
     run = worker.start_run(name)
     worker.run_until_idle()
     with pytest.raises(InvalidInputError):
-        worker.approve(run.id, by="x" * 201)
+        acting(worker, "x" * 201).approve(run.id)
     with pytest.raises(InvalidInputError):
-        worker.approve(run.id, by="ops", comment="c" * 4001)
-    decided = worker.approve(run.id, by=f"ops{HOSTILE}", comment=f"fine{HOSTILE}")
+        acting(worker, "ops").approve(run.id, comment="c" * 4001)
+    decided = acting(worker, f"ops{HOSTILE}").approve(run.id, comment=f"fine{HOSTILE}")
     assert (decided.decided_by, decided.comment) == (f"ops{CLEANED}", f"fine{CLEANED}")
     worker.run_until_idle()
     assert worker.get_run(run.id).status == "succeeded"
@@ -339,8 +341,8 @@ def test_operator_text_is_bounded_and_stored_by_the_rule(worker: InProcessWorker
     with pytest.raises(InvalidInputError):
         worker.cancel(other, reason="r" * 2001)
     with pytest.raises(InvalidInputError):
-        worker.cancel(other, reason="r", by="b" * 201)
-    worker.cancel(other, reason=f"stop{HOSTILE}", by=f"me{HOSTILE}")
+        acting(worker, "b" * 201).cancel(other, reason="r")
+    acting(worker, f"me{HOSTILE}").cancel(other, reason=f"stop{HOSTILE}")
     worker.run_until_idle()
     r = worker.get_run(other)
     assert (r.status, r.cancel_reason, r.cancelled_by) == (
@@ -352,8 +354,8 @@ def test_references_that_cannot_exist_are_not_found(worker: InProcessWorker) -> 
     bad = f"run{HOSTILE}"
     for call in (lambda: worker.get_run(bad), lambda: worker.cancel(bad, reason="r"),
                  lambda: worker.send_signal(bad, "go", 1), lambda: worker.retry(bad),
-                 lambda: worker.approve(bad, by="ops"), lambda: worker.events(bad),
-                 lambda: worker.resolve_effect(f"{bad}:1:0", applied=True, by="ops")):
+                 lambda: acting(worker, "ops").approve(bad), lambda: worker.events(bad),
+                 lambda: acting(worker, "ops").resolve_effect(f"{bad}:1:0", applied=True)):
         with pytest.raises(NotFoundError):
             call()
     assert worker.list_runs(tenant=bad) == [] and worker.list_approvals(run_id=bad) == []

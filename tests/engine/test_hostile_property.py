@@ -22,6 +22,7 @@ from agent_worker.model.scripted import model_turns
 from agent_worker.tools import ToolContext
 from agent_worker.untrusted import check_name
 from store.sql import SqlStore
+from tests.principals import acting
 
 FFFD = "\ufffd"
 NASTY = ["\x00", "\ud800", "\udbff", "\udc00", "\udfff", "\x1b", "\x1b[2J", "\x1b]0;pwned\x07",
@@ -115,7 +116,7 @@ def test_any_text_through_every_door_is_stored_by_the_rule(
         worker.send_signal(run.id, signal, {"text": payload})
         worker.run_until_idle()
     assert worker.get_run(run.id).status == "waiting"
-    approval = worker.approve(run.id, by="ops", comment=comment)
+    approval = acting(worker, "ops").approve(run.id, comment=comment)
     assert approval.comment == rule(comment)
     worker.run_until_idle()
 
@@ -143,7 +144,7 @@ def test_any_text_through_every_door_is_stored_by_the_rule(
     assert effects["prop_fail"].error == rule(error)
 
     cancelled = worker.start_run("prop-hostile", None)
-    worker.cancel(cancelled.id, reason=reason, by="ops")
+    acting(worker, "ops").cancel(cancelled.id, reason=reason)
     worker.run_until_idle()
     ended = worker.get_run(cancelled.id)
     assert (ended.status, ended.cancel_reason) == ("cancelled", rule(reason))

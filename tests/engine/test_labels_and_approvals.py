@@ -14,6 +14,7 @@ from agent_worker.agent import Agent, Registry
 from agent_worker.errors import InvalidInputError
 from agent_worker.messages import ModelRequest, ModelResponse
 from store.sql import SqlStore
+from tests.principals import acting
 
 #: What the vendor saw: (idempotency key, amount). It dedups on the key.
 VENDOR: list[tuple[str, int]] = []
@@ -75,11 +76,11 @@ def _waiting(w: InProcessWorker, agent: str) -> str:
 def test_an_edited_approval_runs_the_new_arguments_once(w: InProcessWorker) -> None:
     run_id = _waiting(w, "wirer")
     with pytest.raises(InvalidInputError, match="amount_cents"):
-        w.approve(run_id, by="ops@x", arguments={"account": "a-1", "amount_cents": "lots"})
+        acting(w, "ops@x").approve(run_id, arguments={"account": "a-1", "amount_cents": "lots"})
     with pytest.raises(InvalidInputError, match="Extra inputs"):
-        w.approve(run_id, by="ops@x", arguments={"account": "a-1", "amount_cents": 1, "x": 1})
+        acting(w, "ops@x").approve(run_id, arguments={"account": "a-1", "amount_cents": 1, "x": 1})
     assert w.list_approvals(run_id=run_id)[0].status == "pending", "a refused edit decides nothing"
-    decided = w.approve(run_id, by="ops@x", arguments={"account": "a-1", "amount_cents": 500})
+    decided = acting(w, "ops@x").approve(run_id, arguments={"account": "a-1", "amount_cents": 500})
     w.run_until_idle()
     assert w.get_run(run_id).status == "succeeded"
     key = f"{run_id}:1:0"
@@ -99,7 +100,7 @@ def test_an_edited_approval_runs_the_new_arguments_once(w: InProcessWorker) -> N
 
 def test_a_replayed_lap_uses_the_approved_arguments(w: InProcessWorker) -> None:
     run_id = _waiting(w, "refunder")
-    w.approve(run_id, by="ops@x", arguments={"order": "o-1", "amount_cents": 300})
+    acting(w, "ops@x").approve(run_id, arguments={"order": "o-1", "amount_cents": 300})
     DIE_ONCE["left"] = 1  # the intent is pending when the attempt dies: replay re-calls
     w.run_until_idle()
     assert w.get_run(run_id).status == "succeeded"

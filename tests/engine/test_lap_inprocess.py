@@ -25,6 +25,7 @@ from agent_worker.settings import Settings
 from store.base import DueLap
 from store.migrate import upgrade
 from store.sql import SqlStore
+from tests.principals import acting
 
 
 @tool
@@ -117,7 +118,7 @@ def test_poison_lap_dead_letters_then_operator_retry_resumes(worker: InProcessWo
     assert model.calls == 3  # max_lap_attempts
     assert [e.kind for e in worker.events(run.id)].count("retry") == 2
     state["fail"] = False
-    worker.retry(run.id, by="oncall")
+    acting(worker, "oncall").retry(run.id)
     worker.run_until_idle()
     done = worker.get_run(run.id)
     assert done.status == "succeeded" and done.result == "recovered" and done.lap == 2

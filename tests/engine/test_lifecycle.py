@@ -34,6 +34,7 @@ from agent_worker.model.scripted import model_turns
 from agent_worker.tools import Tool, ToolContext
 from store.rows import runs
 from store.sql import SqlStore
+from tests.principals import acting
 
 
 class Vendor:
@@ -177,8 +178,8 @@ def test_an_approval_decided_while_the_lap_decides_to_wait_wakes_the_run(
     run_id = _start(w, [[["wire", {"amount": 5}]]])
     w.run_until_idle()
     assert w.get_run(run_id).waiting_for is not None
-    w.retry(run_id, by="ops")
-    _after(w.rt.store, "approval_for", lambda: w.approve(run_id, by="alice"), monkeypatch)
+    acting(w, "ops").retry(run_id)
+    _after(w.rt.store, "approval_for", lambda: acting(w, "alice").approve(run_id), monkeypatch)
     w.run_until_idle()
     run = w.get_run(run_id)
     assert run.status == "succeeded", (run.status, run.waiting_for)
@@ -203,7 +204,7 @@ def test_a_cancel_during_the_last_attempt_gets_fresh_attempts_and_compensates(
         attempts["n"] += 1
         if attempts["n"] < w.rt.settings.max_lap_attempts:
             raise RuntimeError("flaky service")
-        w.cancel(run_id, reason="customer withdrew", by="carol")
+        acting(w, "carol").cancel(run_id, reason="customer withdrew")
         return "ok"
 
     _register(w, _booking_tool(vendor, lookup=False), flaky)
@@ -232,7 +233,7 @@ def test_cancel_reconciles_a_pending_effect_through_its_lookup(
     key = effect_key(run_id, 1, 0)
     w.run_until_idle(max_laps=1)
     assert [(e.key, e.status) for e in w.effects(run_id)] == [(key, "pending")]
-    w.cancel(run_id, reason="stop", by="carol")
+    acting(w, "carol").cancel(run_id, reason="stop")
     w.run_until_idle()
     run = w.get_run(run_id)
     assert run.status == "cancelled", (run.status, run.waiting_for, run.error_message)
@@ -255,13 +256,13 @@ def test_cancel_waits_for_a_human_on_a_pending_effect_without_lookup(
     run_id = _start(w, [[["book", {"item": "room"}]]])
     key = effect_key(run_id, 1, 0)
     w.run_until_idle(max_laps=1)
-    w.cancel(run_id, reason="stop", by="carol")
+    acting(w, "carol").cancel(run_id, reason="stop")
     w.run_until_idle()
     run = w.get_run(run_id)
     assert (run.status, run.waiting_for) == ("waiting", f"effect:{key}")
     assert [e.status for e in w.effects(run_id)] == ["unknown"]
     assert w.run_until_idle() == 0, "nothing re-runs a run waiting for a human"
-    w.resolve_effect(key, applied=True, by="ops@example.com", result=vendor.find(key))
+    acting(w, "ops@example.com").resolve_effect(key, applied=True, result=vendor.find(key))
     w.run_until_idle()
     run = w.get_run(run_id)
     assert (run.status, run.cancel_reason) == ("cancelled", "stop")
@@ -281,7 +282,7 @@ def test_retry_refuses_a_run_whose_effects_were_compensated(w: InProcessWorker) 
     run = w.get_run(run_id)
     assert run.status == "failed" and vendor.standing() == {}
     with pytest.raises(ReplayRefusedError, match=r"compensated.*fork"):
-        w.retry(run_id, by="ops")
+        acting(w, "ops").retry(run_id)
     assert w.get_run(run_id).status == "failed"
     assert not any(e.kind == "retried" for e in w.events(run_id))
     # A fork from before the booking starts clean, under its own keys.
@@ -302,7 +303,7 @@ def test_retry_and_fork_refuse_a_run_whose_history_was_pruned(w: InProcessWorker
     w.rt.store.prune(checkpoints_before=later, ledger_before=later, batch=1000)
     assert w.messages(run_id) == []
     with pytest.raises(ReplayRefusedError, match="pruned"):
-        w.retry(run_id, by="ops")
+        acting(w, "ops").retry(run_id)
     with pytest.raises(ReplayRefusedError, match="pruned"):
         w.fork(run_id, run.lap)
     with pytest.raises(ReplayRefusedError, match="pruned"):
@@ -327,7 +328,7 @@ def test_resolve_refuses_an_effect_still_in_flight_and_keeps_the_verdict(
 
     def resolve_mid_flight() -> None:
         try:
-            w.resolve_effect(key, applied=False, by="mallory")
+            acting(w, "mallory").resolve_effect(key, applied=False)
         except InvalidStateError as e:
             refused.append(e)
 
@@ -339,12 +340,12 @@ def test_resolve_refuses_an_effect_still_in_flight_and_keeps_the_verdict(
     w.run_until_idle()
     run = w.get_run(run_id)
     assert (run.status, run.waiting_for) == ("waiting", f"effect:{key}")
-    w.resolve_effect(key, applied=False, by="ops@example.com")
+    acting(w, "ops@example.com").resolve_effect(key, applied=False)
     [effect] = w.effects(run_id)
     assert effect.status == "not_applied"
     assert "not applied by ops@example.com at " in (effect.error or "")
     with pytest.raises(AlreadyDecidedError):
-        w.resolve_effect(key, applied=True, by="ops@example.com")
+        acting(w, "ops@example.com").resolve_effect(key, applied=True)
     w.run_until_idle()
     assert w.get_run(run_id).status == "succeeded"
     assert vendor.booked == {key: 1}, "called again once, under the same key"
@@ -367,7 +368,7 @@ def test_resolve_refuses_an_unknown_effect_the_run_does_not_wait_on(
         c.execute(update(runs).where(runs.c.id == run_id).values(status="queued",
                                                                   waiting_for=None))
     with pytest.raises(InvalidStateError, match="not waiting on effect"):
-        w.resolve_effect(key, applied=True, by="ops@example.com")
+        acting(w, "ops@example.com").resolve_effect(key, applied=True)
     assert [e.status for e in w.effects(run_id)] == ["unknown"]
 
 
@@ -416,7 +417,7 @@ def test_a_removed_tool_is_reconciled_from_the_ledger(
     if crash == "after_apply":
         assert (run.status, run.waiting_for) == ("waiting", f"effect:{key}")
         assert [e.status for e in w.effects(run_id)] == ["unknown"]
-        w.resolve_effect(key, applied=True, by="ops@example.com", result=vendor.find(key))
+        acting(w, "ops@example.com").resolve_effect(key, applied=True, result=vendor.find(key))
         w.run_until_idle()
         run = w.get_run(run_id)
     assert run.status == "succeeded", run.error_message

@@ -52,6 +52,7 @@ from store.base import TERMINAL, ApprovalRecord, DueLap
 from store.db import make_engine
 from store.rows import effects, events, runs
 from store.sql import SqlStore
+from tests.principals import acting
 
 EXAMPLES = int(os.environ.get("AGENT_WORKER_MODEL_EXAMPLES", "200"))
 STORE_POINTS = ("after_claim", "after_model_journal", "after_outcome", "after_commit")
@@ -388,17 +389,17 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(run_id=runs, approved=st.booleans())
     def decide(self, run_id: str, approved: bool) -> None:
+        alice = acting(self.w, "alice")
         for a in self.w.list_approvals(run_id=run_id):
-            self._verb(lambda a=a: (self.w.approve if approved else self.w.reject)(a.id,
-                                                                                   by="alice"))
+            self._verb(lambda a=a: (alice.approve if approved else alice.reject)(a.id))
 
     @rule(run_id=runs)
     def cancel(self, run_id: str) -> None:
-        self._verb(lambda: self.w.cancel(run_id, reason="model test", by="carol"))
+        self._verb(lambda: acting(self.w, "carol").cancel(run_id, reason="model test"))
 
     @rule(run_id=runs)
     def retry(self, run_id: str) -> None:
-        if self._verb(lambda: self.w.retry(run_id, by="ops")):
+        if self._verb(lambda: acting(self.w, "ops").retry(run_id)):
             self.terminal.pop(run_id, None)
 
     @precondition(lambda self: len(self.ids) < 6)
@@ -417,8 +418,8 @@ class Lifecycle(RuleBasedStateMachine):
         for e in self.store.list_effects(run_id):
             if e.status in ("unknown", "pending"):  # resolving a pending one is refused
                 landed = WORLD.find(e.key)
-                self._verb(lambda e=e, landed=landed: self.w.resolve_effect(
-                    e.key, applied=landed is not None, by="ops", result=landed))
+                self._verb(lambda e=e, landed=landed: acting(self.w, "ops").resolve_effect(
+                    e.key, applied=landed is not None, result=landed))
 
     def _verb(self, call: Any) -> bool:
         """An operator verb; a clear refusal is a fine answer."""

@@ -21,6 +21,7 @@ from agent_worker.constants import effect_key
 from agent_worker.errors import AgentDefinitionError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext
+from tests.principals import acting
 
 Calls = list[tuple[str, dict[str, Any]]]
 
@@ -186,7 +187,7 @@ def test_a_call_that_needs_approval_fences_the_turn(worker: InProcessWorker) -> 
     waiting = worker.get_run(run.id)
     assert waiting.status == "waiting" and (waiting.waiting_for or "").startswith("approval:")
     assert paid == {"a": 1, "b": 1}
-    worker.approve(run.id, by="alice")
+    acting(worker, "alice").approve(run.id)
     done = worker.wait(run.id, timeout=60)
     assert done.status == "succeeded", done.error_detail
     assert paid == {"a": 1, "b": 1, "c": 1}
@@ -255,7 +256,7 @@ def test_a_cancel_seen_mid_turn_stops_the_calls_not_yet_started(
         if n < 2:
             both.wait()
         if n == 0:
-            worker.cancel(ctx.run_id, reason="stop", by="ops")
+            acting(worker, "ops").cancel(ctx.run_id, reason="stop")
             seen.wait(1.1)  # past the heartbeat's throttle, so it renews now
             try:
                 ctx.heartbeat()

@@ -32,6 +32,7 @@ from agent_worker.model.scripted import ScriptedModel, model_turns, turn
 from agent_worker.tools import ToolContext, tool
 from store.rows import signals
 from store.sql import SqlStore
+from tests.principals import acting
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
@@ -187,7 +188,7 @@ def test_approval_pauses_the_run_and_resumes_it_with_the_decision(
     assert w.run_until_idle() == 0, "a run waiting for a human runs nothing"
 
     w = _reopen(w, url, clock)
-    decided = w.approve(approval.id, by="alice", comment="checked the invoice")
+    decided = acting(w, "alice").approve(approval.id, comment="checked the invoice")
     assert (decided.status, decided.decided_by, decided.decided_at) == (
         "approved", "alice", clock.now())
     w.run_until_idle()
@@ -198,9 +199,9 @@ def test_approval_pauses_the_run_and_resumes_it_with_the_decision(
     assert _assert_laps_once(w, run_id) == 3
 
     with pytest.raises(AlreadyDecidedError, match="approved by alice"):
-        w.reject(run_id, by="bob")
+        acting(w, "bob").reject(run_id)
     with pytest.raises(AlreadyDecidedError):
-        w.approve(approval.id, by="alice")
+        acting(w, "alice").approve(approval.id)
     assert w.list_approvals() == []
     assert [a.status for a in w.list_approvals(status="approved", run_id=run_id)] == ["approved"]
     decided_events = [e for e in w.events(run_id) if e.kind == "approval_decided"]
@@ -220,7 +221,7 @@ def test_rejection_is_told_to_the_model_and_nothing_is_done(
     run_id = _start(w, [WIRE, ["note", {"text": "after"}]])
     clock.advance(hours=0.5)
     w = _reopen(w, url, clock)
-    w.reject(run_id, by="bob", comment="wrong account")
+    acting(w, "bob").reject(run_id, comment="wrong account")
     w.run_until_idle()
     assert w.get_run(run_id).status == "succeeded"
     assert _world(run_id) == [] and w.effects(run_id) == []
@@ -232,7 +233,7 @@ def test_rejection_is_told_to_the_model_and_nothing_is_done(
     assert not any("approved" in m.content.lower()
                    for r in REQUESTS[run_id] for m in r.messages if m.role == "tool")
     with pytest.raises(AlreadyDecidedError, match="rejected by bob"):
-        w.approve(run_id, by="alice")
+        acting(w, "alice").approve(run_id)
 
 
 def test_approval_timeout_rejects_through_the_sweeper(
@@ -254,7 +255,7 @@ def test_approval_timeout_rejects_through_the_sweeper(
     assert "system:timeout" in message.content
     assert any(e.kind == "approval_timed_out" for e in w.events(run_id))
     with pytest.raises(AlreadyDecidedError, match="timed_out"):
-        w.approve(run_id, by="alice", comment="too late")
+        acting(w, "alice").approve(run_id, comment="too late")
 
 
 def test_escalation_hands_the_approval_to_the_next_owner(
@@ -409,7 +410,7 @@ def test_cancel_undoes_compensatable_effects_once_in_reverse_order(
     run_id = _start(w, [["reserve", {"item": "a"}], ["reserve", {"item": "b"}],
                         ["sleep", {"seconds": 86400}]])
     assert w.get_run(run_id).status == "sleeping"
-    w.cancel(run_id, reason="customer withdrew", by="carol")
+    acting(w, "carol").cancel(run_id, reason="customer withdrew")
     w.run_until_idle()
     run = w.get_run(run_id)
     assert run.status == "cancelled"
@@ -427,11 +428,11 @@ def test_cancel_undoes_compensatable_effects_once_in_reverse_order(
 
 def test_cancel_voids_a_pending_approval(w: InProcessWorker) -> None:
     run_id = _start(w, [WIRE])
-    w.cancel(run_id, reason="no longer needed", by="carol")
+    acting(w, "carol").cancel(run_id, reason="no longer needed")
     w.run_until_idle()
     assert w.get_run(run_id).status == "cancelled"
     with pytest.raises(AlreadyDecidedError, match="cancelled by carol"):
-        w.approve(run_id, by="alice")
+        acting(w, "alice").approve(run_id)
     assert _world(run_id) == []
 
 
@@ -482,7 +483,7 @@ def test_budget_pause_waits_for_a_human_to_raise_it(
     assert w.run_until_idle() == 0 and w.get_run(run_id).status == "waiting"
 
     w = _reopen(w, url, clock)
-    raised = w.raise_budget(run_id, by="dana", max_laps=10)
+    raised = acting(w, "dana").raise_budget(run_id, max_laps=10)
     assert raised.limits["max_laps"] == 10 and raised.limits["on_exceed"] == "pause"
     w.run_until_idle()
     run = w.get_run(run_id)

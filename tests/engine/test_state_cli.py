@@ -19,6 +19,7 @@ from agent_worker import InProcessWorker, ScriptedModel, ToolContext, register, 
 from agent_worker.agent import Agent
 from agent_worker.cli import main
 from store.sql import SqlStore
+from tests.principals import acting
 
 
 @tool(kind="irreversible")
@@ -71,10 +72,10 @@ def test_state_labels_and_edited_approvals_from_the_cli(w: InProcessWorker) -> N
     assert state["status"] == "waiting" and state["pending_calls"][0]["call"]["name"] == "pay"
     assert cli("runs", "state", "nope", "--json", code=3)["code"] == "unknown_run"
 
-    bad = cli("approve", run.id, "--by", "ops", "--arguments", '{"amount_cents": "x"}',
+    bad = cli("approve", run.id, "--arguments", '{"amount_cents": "x"}',
               "--json", code=2)
     assert "pay's schema" in bad["message"]
-    ok = cli("approve", run.id, "--by", "ops", "--arguments", '{"amount_cents": 50}', "--json")
+    ok = cli("approve", run.id, "--arguments", '{"amount_cents": 50}', "--json")
     assert ok["approved_arguments"] == {"amount_cents": 50} and ok["arguments"] == {
         "amount_cents": 700}
 
@@ -95,7 +96,7 @@ def test_runs_show_prints_plan_facts_and_labels(w: InProcessWorker) -> None:
     run = w.start_run("cli-state", "go", labels={"customer": "acme-show"})
     w.run_until_idle()
     w.update_state(run.id, facts={"ticket": 7}, plan=["pay"])
-    w.approve(run.id, by="ops")
+    acting(w, "ops").approve(run.id)
     w.run_until_idle()
     out = io.StringIO()
     with redirect_stdout(out):

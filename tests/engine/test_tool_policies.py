@@ -21,6 +21,7 @@ from agent_worker.engine.progress import latest
 from agent_worker.errors import AgentDefinitionError, RetryableToolError, ToolTimeoutError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext, ToolKind
+from tests.principals import acting
 
 Calls = list[tuple[str, dict[str, Any]]]
 
@@ -227,7 +228,7 @@ def test_heartbeat_extends_the_lease_records_progress_and_stops_a_cancelled_call
         seen["shown"] = _runs_show(worker, ctx.run_id)
         after = worker.get_run(ctx.run_id).lease_expires_at
         seen["extended"] = after is not None and before is not None and after > before
-        worker.cancel(ctx.run_id, reason="enough", by="ops")
+        acting(worker, "ops").cancel(ctx.run_id, reason="enough")
         stop.wait(1.1)
         try:
             ctx.heartbeat(progress={"pages": 41, "of": 100})

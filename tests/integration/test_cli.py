@@ -374,14 +374,14 @@ def test_approve_and_reject(cli: Cli) -> None:
     assert shown["waiting_for"] == f"approval:{mine[approved]['id']}"
     assert [a["id"] for a in shown["pending_approvals"]] == [mine[approved]["id"]]
 
-    decided = cli("approve", mine[approved]["id"], "--by", "alice", "--comment", "ok",
-                  "--json").json
+    decided = cli("approve", mine[approved]["id"], "--comment", "ok", "--json",
+                  AGENT_WORKER_PRINCIPAL_ID="alice").json
     assert decided["status"] == "approved" and decided["decided_by"] == "alice"
-    assert cli("reject", rejected, "--by", "bob", "--comment", "no", "--json").json[
-        "status"] == "rejected"
+    assert cli("reject", rejected, "--comment", "no", "--json",
+               AGENT_WORKER_PRINCIPAL_ID="bob").json["status"] == "rejected"
     cli.wait_status(approved, "succeeded")
     cli.wait_status(rejected, "succeeded")
-    assert cli("approve", mine[approved]["id"], "--by", "alice", code=4,
+    assert cli("approve", mine[approved]["id"], code=4,
                inproc=True).err.startswith("error: already_decided: ")
     assert cli("approvals", "list", "--status", "approved", "--run", approved, "--json",
                inproc=True).json[0]["decided_by"] == "alice"
@@ -405,8 +405,8 @@ def test_signal_resumes_a_waiting_run(cli: Cli) -> None:
 def test_cancel_waits_for_the_run_to_stop(cli: Cli) -> None:
     run_id = cli.submit("loop", {"laps": 500, "pause": 0.2})
     wait_for(lambda: cli.run(run_id).lap >= 1, timeout=60, what="a first lap")
-    done = cli("cancel", run_id, "--reason", "operator test", "--by", "bob", "--wait",
-               "--timeout", "90", "--json").json
+    done = cli("cancel", run_id, "--reason", "operator test", "--wait",
+               "--timeout", "90", "--json", AGENT_WORKER_PRINCIPAL_ID="bob").json
     assert done["status"] == "cancelled" and done["cancel_requested"]
     assert cli.run(run_id).cancelled_by == "bob"
     assert cli("cancel", run_id, "--reason", "again", code=4, inproc=True).err
@@ -418,7 +418,7 @@ def test_failed_run_retry_and_structured_logs(cli: Cli) -> None:
     run = failed.json
     assert run["status"] == "failed" and run["error_code"] == "lap_error"
     assert json_error(failed)["code"] == "lap_error"
-    again = cli("retry", run["id"], "--by", "carol", "--json").json
+    again = cli("retry", run["id"], "--json", AGENT_WORKER_PRINCIPAL_ID="carol").json
     assert again["status"] in ("queued", "running") and again["error_code"] is None
     tailed = cli("runs", "tail", run["id"], "--last", "1000", "--timeout", "120", "--json",
                  code=1)
@@ -448,8 +448,9 @@ def test_unknown_effect_is_resolved_by_a_human(cli: Cli) -> None:
     unknown = cli("effects", "list", run_id, "--status", "unknown", "--json").json
     assert [e["tool"] for e in unknown] == ["book"]
     key = unknown[0]["key"]
-    resolved = cli("effects", "resolve", key, "--applied", "--by", "ops",
-                   "--result", '{"refund_id": "manual"}', "--json").json
+    resolved = cli("effects", "resolve", key, "--applied",
+                   "--result", '{"refund_id": "manual"}', "--json",
+                   AGENT_WORKER_PRINCIPAL_ID="ops").json
     assert resolved["resolved"] == "applied" and resolved["effect"]["status"] == "applied"
     cli.wait_status(run_id, "succeeded")
     laps = cli("runs", "show", run_id, "--laps", "--json", inproc=True).json["laps"]
@@ -457,7 +458,7 @@ def test_unknown_effect_is_resolved_by_a_human(cli: Cli) -> None:
     assert booked == [{**booked[0], "effect": {"key": key, "kind": "compensatable",
                                                "status": "applied"}}]
     assert "manual" in booked[0]["result"], "the model saw the resolved result"
-    assert cli("effects", "resolve", key, "--not-applied", "--by", "ops", code=4,
+    assert cli("effects", "resolve", key, "--not-applied", code=4,
                inproc=True).err
     assert key not in cli.vendor.client.stats()["by_key"], "book was never re-called"
 

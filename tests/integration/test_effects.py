@@ -26,6 +26,7 @@ from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.faults import POINTS
 from store.base import RunRecord
 from tests.integration.test_lap_loop import assert_laps_exactly_once
+from tests.principals import acting
 from tests.support import Fleet, wait_for
 
 pytestmark = pytest.mark.integration
@@ -145,12 +146,12 @@ def test_vendor_with_neither_pauses_for_a_human_instead_of_paying_twice(
         # Killed after the intent, before the call: nothing moved; the engine cannot know.
         paused(1)
         assert moved(vendor, run.id) == {}
-        aw.resolve_effect(key, applied=False, by="ops@example.com")
+        acting(aw, "ops@example.com").resolve_effect(key, applied=False)
         # Re-called once, then killed after the vendor applied it: unknown again.
         paused(2)
         assert moved(vendor, run.id) == {key: 1}
         [(_, _, amount)] = vendor_journal(vendor, run.id)
-        aw.resolve_effect(key, applied=True, by="ops@example.com",
+        acting(aw, "ops@example.com").resolve_effect(key, applied=True,
                           result={"id": "from-vendor-dashboard", "amount_cents": amount})
         done = finish(aw, run.id)
         assert done.status == "succeeded", done.error_detail

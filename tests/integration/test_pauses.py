@@ -31,6 +31,7 @@ from store.rows import runs
 from store.sql import SqlStore
 from tests.agents import OffsetClock
 from tests.conftest import DatabaseClock
+from tests.principals import acting
 from tests.support import Fleet, Proc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ def test_approval_waits_with_no_worker_alive(aw: AgentWorker, fleet: Fleet,
     assert vendor.client.stats()["applied"] == 0, "nothing irreversible before the approval"
 
     fleet.worker(concurrency=1, **env)
-    aw.approve(run.id, by="alice", comment="invoice checked")
+    acting(aw, "alice").approve(run.id, comment="invoice checked")
     done = aw.wait(run.id, timeout=120)
     assert done.status == "succeeded", done.error_detail
     # Lap 1 asked, lap 2 made the approved call, lap 3 answered; none replayed.
@@ -94,9 +95,9 @@ def test_approval_waits_with_no_worker_alive(aw: AgentWorker, fleet: Fleet,
     assert stats["by_key"] == {f"{run.id}:1:0": 1} and stats["applied"] == 1
 
     with pytest.raises(AlreadyDecidedError, match="approved by alice"):
-        aw.reject(run.id, by="bob", comment="second thoughts")
+        acting(aw, "bob").reject(run.id, comment="second thoughts")
     with pytest.raises(AlreadyDecidedError):
-        aw.approve(approval.id, by="alice")
+        acting(aw, "alice").approve(approval.id)
     account = _tool_texts(aw, run.id)[0]
     assert "alice" in account and "invoice checked" in account and "acct-7" in account
 
@@ -180,7 +181,7 @@ def test_cancel_compensates_in_reverse_once_despite_a_kill(
     aw.wait(run.id, timeout=90, until=lambda r: r.status == "sleeping")
     vendor.client.inject("drop_after_apply", path="/notices")
 
-    aw.cancel(run.id, reason="customer withdrew", by="carol")
+    acting(aw, "carol").cancel(run.id, reason="customer withdrew")
     done = aw.wait(run.id, timeout=120)
     assert done.status == "cancelled", done.error_detail
     assert (done.cancelled_by, done.cancel_reason) == ("carol", "customer withdrew")

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from agent_worker.api import AgentWorker
+from store.db import make_engine
 from tests.fakes.fake_server import FakeLLMServer
 from tests.support import Fleet
 
@@ -92,7 +93,7 @@ def test_client_drives_a_run_through_a_worker(aw: AgentWorker, fleet: Fleet,
 
 
 def assert_no_canary(database_url: str, worker_log: str, redis_lines: list[str]) -> None:
-    engine = create_engine(database_url)
+    engine = make_engine(database_url)  # the system scope: every tenant's rows
     with engine.connect() as c:
         tables = [r[0] for r in c.execute(text(
             "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))]

@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0005_run_state_labels'
-down_revision = '0002_served_versions'
+down_revision = '0003_tenancy'
 branch_labels = None
 depends_on = None
 
