@@ -65,6 +65,10 @@ class Agent:
     migrate: Callable[[Checkpoint, str], Checkpoint] | None = None
     prices: dict[str, Any] | None = None
     redact: Redactor | None = redact_secrets
+    #: Fair share (``agent_worker.fairshare``): most laps of this agent in
+    #: flight fleet-wide, and the model provider key whose cap it counts under.
+    concurrency: int | None = None
+    provider_key: str | None = None
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -75,6 +79,10 @@ class Agent:
             raise ValueError("an agent needs a name and a version")
         check_name(self.name, "agent name")
         check_name(self.version, "agent version", max_chars=50)
+        if self.concurrency is not None and self.concurrency < 1:
+            raise AgentDefinitionError(f"agent {self.name}: concurrency must be at least 1")
+        if self.provider_key is not None:
+            check_name(self.provider_key, "provider key")
         irreversible = sorted(t.name for t in self.tools if t.kind == "irreversible")
         if self.on_approval_timeout == "approve" and irreversible:
             # The sweeper would run them as system:timeout, with no human.

@@ -34,6 +34,7 @@ from agent_worker.errors import (
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
+from agent_worker.shareapi import FairShareVerbs, check_priority
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
 from agent_worker.vocabulary import TERMINAL, RunStatus
 from store.base import (
@@ -74,7 +75,7 @@ def _json_size(value: Any, what: str) -> int:
         raise InvalidInputError(f"{what} must be JSON-serialisable: {e}") from e
 
 
-class AgentWorker:
+class AgentWorker(FairShareVerbs):
     """A handle on one store and one dispatcher; module functions use a default one."""
 
     def __init__(self, runtime: Runtime) -> None:
@@ -84,9 +85,12 @@ class AgentWorker:
 
     def start_run(self, agent: str | Agent, input: Any = None, *, run_id: str | None = None,
                   tenant: str | None = None, version: str | None = None,
-                  budget: Budget | None = None) -> RunRecord:
+                  budget: Budget | None = None, priority: int = 0) -> RunRecord:
         """Create a run and send its first lap; with a ``run_id`` a retried call
         returns the existing run instead of starting a second one.
+
+        ``priority`` (-1000..1000, default 0) orders the run among its tenant's
+        runs waiting for a slot (``agent_worker.fairshare``): higher goes first.
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
@@ -98,6 +102,7 @@ class AgentWorker:
         run_id = _check_id(run_id, "run_id") if run_id is not None else uuid.uuid4().hex
         if tenant is not None:
             _check_id(tenant, "tenant")
+        priority = check_priority(priority)
         input = self._admit(input, "input")
         size = _json_size(input, "input")
         if size > self.rt.settings.max_input_bytes:
@@ -119,7 +124,7 @@ class AgentWorker:
             id=run_id, tenant=tenant, agent_name=spec.name, agent_version=spec.version,
             input=input, limits=limits.model_dump(mode="json"), retention=spec.retention,
             checkpoint=dump_checkpoint(checkpoint), schema_version=CHECKPOINT_SCHEMA_VERSION,
-            messages=[first], now=now))
+            messages=[first], now=now, priority=priority))
         if not created:
             if run.agent_name != spec.name:
                 raise InvalidInputError(
@@ -400,10 +405,10 @@ def _load_agents(modules: str) -> None:
 
 def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = None,
               tenant: str | None = None, version: str | None = None,
-              budget: Budget | None = None) -> RunRecord:
+              budget: Budget | None = None, priority: int = 0) -> RunRecord:
     """Start a run on the default handle; see ``AgentWorker.start_run``."""
     return client().start_run(agent, input, run_id=run_id, tenant=tenant, version=version,
-                              budget=budget)
+                              budget=budget, priority=priority)
 
 
 def get_run(run_id: str) -> RunRecord:

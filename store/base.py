@@ -58,6 +58,10 @@ class RunRecord:
     updated_at: datetime
     last_checkpoint_at: datetime | None
     finished_at: datetime | None
+    #: Fair share (``store.admission``): higher is admitted first within its tenant.
+    priority: int = 0
+    #: ``THROTTLED`` (-1) while the run waits for a slot; ``next_lap`` while it holds one.
+    admitted_lap: int | None = None
 
     @property
     def lap(self) -> int:
@@ -184,6 +188,7 @@ class NewRun:
     parent_run_id: str | None = None
     forked_from_lap: int | None = None
     start_lap: int = 0
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -86,10 +86,17 @@ class Run(Base):
     updated_at: Mapped[datetime]
     last_checkpoint_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    #: Fair share (``store.admission``): higher goes first within its tenant.
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: The lap admission let this run send (it holds a slot while this equals
+    #: ``next_lap``); ``-1`` waits for a slot (throttled); NULL never gated.
+    admitted_lap: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         Index("ix_runs_status_wake", "status", "wake_at"),
         Index("ix_runs_agent_status", "agent_name", "status"),
+        Index("ix_runs_admission", "status", "admitted_lap", "tenant", "priority",
+              "created_at"),
     )
 
 
@@ -213,3 +220,17 @@ class ServedVersionRow(Base):
 
     __table_args__ = (Index("ix_served_versions_agent", "agent_name", "agent_version",
                             "seen_at"),)
+
+
+class ShareLimitRow(Base):
+    """Per-tenant (``agent`` = ``*``) or per-(tenant, agent) fair-share limits,
+    editable while the fleet runs; tenant ``*`` is every tenant's default."""
+
+    __tablename__ = "share_limits"
+
+    tenant: Mapped[str] = mapped_column(String(200), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
+    concurrency: Mapped[int | None] = mapped_column(Integer)
+    weight: Mapped[float | None]
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str | None] = mapped_column(String(200))

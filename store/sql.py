@@ -35,9 +35,10 @@ from store.rows import (
     to_event,
     to_run,
 )
+from store.sharing import SqlShareStore
 
 
-class SqlStore(SqlLapStore):
+class SqlStore(SqlLapStore, SqlShareStore):
     """``Store`` over one SQLAlchemy engine; see ``SqlBase`` for how the lap's
     hot path saves round trips and fsyncs on Postgres."""
 
@@ -55,7 +56,7 @@ class SqlStore(SqlLapStore):
                     recoveries=0, parent_run_id=new.parent_run_id,
                     forked_from_lap=new.forked_from_lap, created_at=new.now,
                     updated_at=new.now, last_checkpoint_at=new.now,
-                    enqueued_at=db_time(new.now),
+                    enqueued_at=db_time(new.now), priority=new.priority,
                 )
             )
             conn.execute(

@@ -140,6 +140,8 @@ def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any]
                           fence_cancel=fence_cancel)
     if ok and update.enqueue and update.status == "queued" and update.wake_at is None:
         rt.send_all([_due(claim, claim.lap)])
+    elif ok:
+        rt.send_all([])  # the run gave its slot back: admission hands it on
     return ok
 
 
@@ -373,6 +375,8 @@ class _Lap:
             # The commit found what it waits for already there and queued the
             # run instead (store.wakeups): send it like any queued run.
             _resend_orphan(self.rt, self.claim)
+        if not update.enqueue:
+            self.rt.send_all([])  # the run gave its slot back: admission hands it on
         if update.status in ENDED_BY_LAP:
             return "finished"
         return "paused" if pause else "committed"
