@@ -126,18 +126,23 @@ def policy(rt: Runtime) -> Policy:
 def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap]:
     """The laps that may go to the broker now: ``laps`` put through admission,
     plus any waiting run a freed slot admits. With no cap in force, ``laps``
-    as they are (and, in a sweep, every run a removed cap left waiting)."""
+    as they are (and, in a sweep, every run a removed cap left waiting).
+
+    A process admits runs only of agents it has registered (it knows no other
+    agent's caps): its workers' laps and the sweep, which runs on a worker of
+    the maintenance queue, do. Runs it is asked to send of other agents stay
+    waiting for a process that has them."""
     store = rt.store
     if not isinstance(store, ShareStore):
         return laps
     try:
         current = policy(rt)
-        if not capped(current):
-            if not sweep:
-                return laps
-            # No cap any more: let out whatever an earlier cap held back.
-            current = Policy(agents=current.agents)
-        return store.admit([lap.run_id for lap in laps], current, now=rt.clock.now())
+        if capped(current):
+            return store.admit([lap.run_id for lap in laps], current, now=rt.clock.now())
+        if not sweep:
+            return laps
+        # No cap any more: let out whatever an earlier cap held back.
+        return laps + store.admit([], Policy(agents=current.agents), now=rt.clock.now())
     except Exception as e:
         log.warning("admission failed (%s); the sweeper re-sends these laps", e)
         return []

@@ -32,7 +32,7 @@ from sqlalchemy import (
     Row,
     and_,
     func,
-    literal,
+    literal_column,
     or_,
     select,
     text,
@@ -124,7 +124,7 @@ def holds_slot() -> ColumnElement[bool]:
 
 
 def _tenant() -> ColumnElement[str]:
-    return func.coalesce(runs.c.tenant, literal(""))
+    return func.coalesce(runs.c.tenant, literal_column("''"))
 
 
 def _held(conn: Connection, policy: Policy, known: Mapping[str, str | None]) -> _Held:
@@ -158,7 +158,23 @@ def _queue(conn: Connection, requested: Sequence[str], now: datetime) -> list[Du
     return [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in already]
 
 
-def _waiting(conn: Connection, agents: Sequence[str], now: datetime) -> list[Row[Any]]:
+def _room(policy: Policy, held: _Held) -> tuple[list[str], list[str] | None, list[str]]:
+    """Agents with room, and the tenants to read (``None``: any) or skip:
+    a backlog whose caps are all full costs the pass no read of its rows."""
+    agents = [a for a, share in policy.agents.items()
+              if (share.concurrency is None or held.agent.get(a, 0) < share.concurrency)
+              and (share.provider is None or policy.providers.get(share.provider) is None
+                   or held.provider.get(share.provider, 0) < policy.providers[share.provider])]
+    named = set(held.tenant) | set(policy.tenants)
+    full = [t for t in named if (cap := policy.tenant_cap(t)) is not None
+            and held.tenant.get(t, 0) >= cap]
+    if policy.tenant_default == 0:  # only tenants with a cap of their own may run
+        return agents, sorted(named - set(full)), []
+    return agents, None, sorted(full)
+
+
+def _waiting(conn: Connection, agents: Sequence[str], now: datetime, *,
+             only: Sequence[str] | None, skip: Sequence[str]) -> list[Row[Any]]:
     """The head of each tenant's line: its ``PER_TENANT`` first runs."""
     rank = func.row_number().over(
         partition_by=_tenant(),
@@ -167,7 +183,8 @@ def _waiting(conn: Connection, agents: Sequence[str], now: datetime) -> list[Row
                     _tenant().label("tenant_key"), runs.c.priority, runs.c.created_at, rank)
              .where(runs.c.status == "queued", runs.c.admitted_lap == THROTTLED,
                     runs.c.agent_name.in_(agents),
-                    or_(runs.c.wake_at.is_(None), runs.c.wake_at <= db_time(now)))
+                    or_(runs.c.wake_at.is_(None), runs.c.wake_at <= db_time(now)),
+                    _tenant().in_(only) if only is not None else _tenant().not_in(skip))
              .subquery())
     return list(conn.execute(select(inner).where(inner.c.rank <= PER_TENANT)
                              .order_by(inner.c.tenant_key, inner.c.rank)).all())
@@ -185,8 +202,11 @@ def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
     free = None if policy.fleet is None else policy.fleet - held.total
     if not known or (free is not None and free <= 0):
         return send
+    agents, only, skip = _room(policy, held)
+    if not agents or only == []:
+        return send
     lines: dict[str, list[Row[Any]]] = {}
-    for row in _waiting(conn, sorted(known), now):
+    for row in _waiting(conn, agents, now, only=only, skip=skip):
         lines.setdefault(row.tenant_key, []).append(row)
     heap = [(held.tenant.get(t, 0) / policy.weight(t), line[0].created_at, t)
             for t, line in lines.items()]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import Connection, Table, case, delete, func, literal, select
+from sqlalchemy import Connection, Table, case, delete, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store import admitting
@@ -111,7 +111,7 @@ class SqlShareStore(SqlBase):
             at = read_now(conn, now)
             throttled = runs.c.admitted_lap == admitting.THROTTLED
             queued = runs.c.status == "queued"
-            tenant = func.coalesce(runs.c.tenant, literal(""))
+            tenant = func.coalesce(runs.c.tenant, literal_column("''"))
             rows = conn.execute(
                 select(tenant.label("tenant"), runs.c.agent_name,
                        func.sum(case((admitting.holds_slot(), 1), else_=0)),
