@@ -15,7 +15,7 @@ import sys
 import click
 import typer
 
-from agent_worker.cli import actions, ops, runs
+from agent_worker.cli import actions, ops, runs, share
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 
 app = typer.Typer(
@@ -38,6 +38,8 @@ app.command("worker", context_settings=ops.PASS_THROUGH)(ops.worker)
 app.command("beat", context_settings=ops.PASS_THROUGH)(ops.beat)
 app.command("metrics")(ops.metrics)
 app.command("demo")(ops.demo)
+app.command("queues")(share.queues)
+app.add_typer(share.share_app, name="share")
 
 
 def main(argv: list[str] | None = None) -> int:
