@@ -43,6 +43,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ModelClient as ModelClient
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
+    from agent_worker.shareapi import QueueView as QueueView
+    from agent_worker.shareapi import UnknownShareLimitError as UnknownShareLimitError
     from agent_worker.tools import Tool as Tool
     from agent_worker.tools import ToolContext as ToolContext
     from agent_worker.tools import tool as tool
@@ -63,6 +65,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.inprocess": ("InProcessWorker",),
     "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
+    "agent_worker.shareapi": ("QueueView", "UnknownShareLimitError"),
     "agent_worker.tools": ("Tool", "ToolContext", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
