@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.settings import Settings
 from store.admitting import THROTTLED, AgentShare, Policy
 from store.base import DueLap, NewRun
+from store.rows import message_body
 from store.sql import SqlStore
 
 
@@ -100,16 +102,12 @@ def test_a_high_priority_run_goes_ahead_of_its_tenants_queued_batch(
         fleet: InProcessWorker) -> None:
     agent, tenant = _agent(fleet), f"t{_uid()}"
     fleet.set_share(tenant, concurrency=1)
-    # 500 runs submitted at once (one admission pass), then the urgent one;
-    # SQLite, the same SQL, with fewer (each insert pays a file sync).
-    n = 500 if fleet.rt.store.engine.dialect.name == "postgresql" else 50  # type: ignore[attr-defined]
-    batch = [fleet.rt.store.create_run(_new_run(fleet, agent, f"b{i}-{_uid()}", tenant))[0]
-             for i in range(n)]
-    fleet.rt.send_all([DueLap(r.id, r.next_lap, r.agent_name, r.agent_version)
-                       for r in batch])
+    # 500 runs submitted at once (one admission pass), then the urgent one.
+    batch = _bulk_runs(fleet, agent, tenant, 500)
+    fleet.rt.send_all([DueLap(run_id, 1, agent, "1") for run_id in batch])
     urgent = fleet.start_run(agent, "u", tenant=tenant, priority=10).id
     order = [_step(fleet) for _ in range(3)]
-    assert order == [batch[0].id, urgent, batch[1].id]
+    assert order == [batch[0], urgent, batch[1]]
 
 
 def test_weights_split_a_shared_cap(fleet: InProcessWorker) -> None:
@@ -212,3 +210,29 @@ def _new_run(w: InProcessWorker, agent: str, run_id: str, tenant: str | None = N
                   limits=Budget().model_dump(mode="json"), retention="full",
                   checkpoint=dump_checkpoint(ckpt), schema_version=CHECKPOINT_SCHEMA_VERSION,
                   messages=[Message(role="user", content="x")], now=w.rt.clock.now())
+
+
+def _bulk_runs(w: InProcessWorker, agent: str, tenant: str, n: int) -> list[str]:
+    """``n`` runs as ``start_run`` writes them (run row, checkpoint 0, first
+    message), in one transaction instead of ``n``: a lean test on a busy box."""
+    from sqlalchemy import insert
+
+    from store.rows import checkpoints, messages, runs
+
+    new = _new_run(w, agent, "", tenant)
+    ids = [f"bulk-{i:04d}-{_uid()}" for i in range(n)]
+    at = [new.now + timedelta(microseconds=i) for i in range(n)]  # created in this order
+    store: Any = w.rt.store
+    with store.engine.begin() as c:
+        c.execute(insert(runs), [dict(
+            id=i, tenant=tenant, agent_name=agent, agent_version="1", status="queued",
+            next_lap=1, lap_attempts=0, input="x", limits=new.limits, laps_used=0,
+            input_tokens=0, output_tokens=0, cost_micros=0, retention="full", recoveries=0,
+            created_at=t, updated_at=t, last_checkpoint_at=t, enqueued_at=t, priority=0)
+            for i, t in zip(ids, at, strict=True)])
+        c.execute(insert(checkpoints), [dict(run_id=i, lap=0, schema_version=new.schema_version,
+                                             state=new.checkpoint, created_at=new.now)
+                                        for i in ids])
+        c.execute(insert(messages), [dict(run_id=i, seq=0, lap=0, body=message_body(
+            new.messages[0]), created_at=new.now) for i in ids])
+    return ids
