@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent_worker.errors import ConfigurationError
+from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
 from agent_worker.untrusted import check_name
 from store.admitting import AgentShare, Policy
@@ -89,11 +90,14 @@ def build_policy(settings: Settings, agents: dict[str, AgentShare],
 
 
 def capped(policy: Policy) -> bool:
-    """Whether any cap is in force (else admission is off)."""
+    """Whether any cap is in force (else admission is off). An agent that
+    names its provider key opts in: a 429 on that key must be able to hold
+    its laps back (``rate_limited``)."""
     return (policy.fleet is not None or policy.tenant_default is not None
             or any(c is not None for c in policy.tenants.values())
             or any(c is not None for c in policy.tenant_agents.values())
-            or any(a.concurrency is not None for a in policy.agents.values())
+            or any(a.concurrency is not None or a.provider is not None
+                   for a in policy.agents.values())
             or bool(policy.providers))
 
 
@@ -148,5 +152,25 @@ def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap
         return []
 
 
+def rate_limited(rt: Runtime, agent_name: str, agent_version: str, error: Exception) -> None:
+    """A lap's model call got a 429 (``RateLimitedError``) that asked for a
+    wait: pause the agent's provider key fleet-wide for that long, so every
+    worker's admission holds that key's laps back, not just this one's.
+    Never raises (the lap is already failing; its retry goes on)."""
+    retry_after = getattr(error, "retry_after", None)
+    agent = rt.registry.resolve(agent_name, agent_version)
+    store = rt.store
+    if (not isinstance(error, RateLimitedError) or not retry_after or agent is None
+            or agent.provider_key is None or not isinstance(store, ShareStore)):
+        return
+    try:
+        store.pause_provider(agent.provider_key, seconds=float(retry_after),
+                             now=rt.clock.now())
+        log.warning("provider key %s rate limited: no new laps for %.1fs", agent.provider_key,
+                    retry_after)
+    except Exception as e:
+        log.warning("could not pause provider key %s: %s", agent.provider_key, e)
+
+
 __all__ = ["LimitsCache", "agent_shares", "build_policy", "capped", "gate", "policy",
-           "provider_caps"]
+           "provider_caps", "rate_limited"]

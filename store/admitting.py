@@ -30,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Row,
+    Table,
     and_,
     func,
     literal_column,
@@ -41,7 +42,10 @@ from sqlalchemy import (
 
 from store.base import DueLap
 from store.dbtime import db_time
+from store.models import ProviderPauseRow
 from store.rows import runs
+
+provider_pauses: Table = ProviderPauseRow.__table__  # type: ignore[assignment]
 
 #: ``admitted_lap`` of a run waiting for a slot.
 THROTTLED = -1
@@ -158,11 +162,21 @@ def _queue(conn: Connection, requested: Sequence[str], now: datetime) -> list[Du
     return [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in already]
 
 
-def _room(policy: Policy, held: _Held) -> tuple[list[str], list[str] | None, list[str]]:
+def _paused(conn: Connection, policy: Policy, now: datetime) -> set[str]:
+    """Provider keys a 429 paused (``pause_provider``) until a later time."""
+    if not any(share.provider for share in policy.agents.values()):
+        return set()
+    return set(conn.execute(select(provider_pauses.c.provider).where(
+        provider_pauses.c.until > db_time(now))).scalars())
+
+
+def _room(policy: Policy, held: _Held, paused: set[str]
+          ) -> tuple[list[str], list[str] | None, list[str]]:
     """Agents with room, and the tenants to read (``None``: any) or skip:
     a backlog whose caps are all full costs the pass no read of its rows."""
     agents = [a for a, share in policy.agents.items()
-              if (share.concurrency is None or held.agent.get(a, 0) < share.concurrency)
+              if share.provider not in paused
+              and (share.concurrency is None or held.agent.get(a, 0) < share.concurrency)
               and (share.provider is None or policy.providers.get(share.provider) is None
                    or held.provider.get(share.provider, 0) < policy.providers[share.provider])]
     named = set(held.tenant) | set(policy.tenants)
@@ -202,7 +216,7 @@ def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
     free = None if policy.fleet is None else policy.fleet - held.total
     if not known or (free is not None and free <= 0):
         return send
-    agents, only, skip = _room(policy, held)
+    agents, only, skip = _room(policy, held, _paused(conn, policy, now))
     if not agents or only == []:
         return send
     lines: dict[str, list[Row[Any]]] = {}

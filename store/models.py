@@ -234,3 +234,14 @@ class ShareLimitRow(Base):
     weight: Mapped[float | None]
     updated_at: Mapped[datetime]
     updated_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class ProviderPauseRow(Base):
+    """A model provider key answered 429 with Retry-After: admission sends no
+    lap of the agents using it until ``until`` (the database's clock), so the
+    whole fleet slows down, not just the worker that got the 429."""
+
+    __tablename__ = "provider_pauses"
+
+    provider: Mapped[str] = mapped_column(String(200), primary_key=True)
+    until: Mapped[datetime]

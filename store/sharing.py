@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Table, case, delete, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store import admitting
-from store.admitting import Policy
+from store.admitting import Policy, provider_pauses
 from store.base import DueLap
-from store.dbtime import read_now
+from store.dbtime import db_time, read_now
 from store.models import ShareLimitRow, UTCDateTime
 from store.rows import runs
 from store.sqlbase import SqlBase
@@ -74,6 +74,8 @@ class ShareStore(Protocol):
 
     def queue_lines(self, *, now: datetime) -> list[QueueLine]: ...
 
+    def pause_provider(self, provider: str, *, seconds: float, now: datetime) -> None: ...
+
 
 class SqlShareStore(SqlBase):
     """``ShareStore`` over the SQL store's engine (Postgres or SQLite)."""
@@ -105,6 +107,21 @@ class SqlShareStore(SqlBase):
     def clear_share_limit(self, tenant: str, agent: str) -> bool:
         return self._tx(lambda c: c.execute(delete(share_limits).where(
             share_limits.c.tenant == tenant, share_limits.c.agent == agent)).rowcount == 1)
+
+    def pause_provider(self, provider: str, *, seconds: float, now: datetime) -> None:
+        """Admit no lap of ``provider``'s agents for ``seconds`` from the
+        database's now; a shorter pause never shortens a longer one."""
+        def tx(conn: Connection) -> None:
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            until = conn.execute(select(db_time(now + timedelta(seconds=seconds),
+                                                seconds))).scalar_one()
+            stmt = dialect.insert(provider_pauses).values(provider=provider, until=until)
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=["provider"],
+                set_={"until": case((stmt.excluded.until > provider_pauses.c.until,
+                                     stmt.excluded.until), else_=provider_pauses.c.until)}))
+
+        self._tx(tx)
 
     def queue_lines(self, *, now: datetime) -> list[QueueLine]:
         def read(conn: Connection) -> list[QueueLine]:

@@ -23,6 +23,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal, cast
 
+from agent_worker import fairshare
 from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
@@ -218,6 +219,7 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
     run = claim.run
     ending = run.ending is not None or run.cancel_requested_at is not None
     if retriable and run.lap_attempts < rt.settings.max_lap_attempts:
+        fairshare.rate_limited(rt, run.agent_name, run.agent_version, e)
         s = rt.settings
         delay = min(s.retry_backoff_seconds * 2 ** (run.lap_attempts - 1),
                     s.retry_backoff_max_seconds)

@@ -26,6 +26,7 @@ from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.engine.lap import run_lap
 from agent_worker.errors import ConfigurationError, InvalidInputError, NotFoundError
 from agent_worker.messages import Message, ModelRequest, ModelResponse
+from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
 from store.admitting import THROTTLED, AgentShare, Policy
 from store.base import DueLap, NewRun
@@ -236,3 +237,29 @@ def _bulk_runs(w: InProcessWorker, agent: str, tenant: str, n: int) -> list[str]
         c.execute(insert(messages), [dict(run_id=i, seq=0, lap=0, body=message_body(
             new.messages[0]), created_at=new.now) for i in ids])
     return ids
+
+
+def test_a_429_with_retry_after_holds_back_every_agent_on_that_provider_key(
+        fleet: InProcessWorker) -> None:
+    """One lap's 429 pauses its provider key fleet-wide: a run of another
+    agent on the same key waits in Postgres until Retry-After has passed,
+    while an agent on another key goes on."""
+    key, other = f"p{_uid()}", f"p{_uid()}"
+
+    def limited(r: ModelRequest) -> ModelResponse:
+        raise RateLimitedError("429 from the provider", retry_after=0.6)
+
+    hit = _agent(fleet, provider_key=key)
+    fleet.rt.registry.register(Agent(name=f"fs-{_uid()}", model=ScriptedModel(limited),
+                                     provider_key=key))
+    failing = fleet.rt.registry.all()[-1].name
+    elsewhere = _agent(fleet, provider_key=other)
+    fleet.start_run(failing, "x")
+    _step(fleet)  # the 429: the key is paused for 0.6 s
+    held = fleet.start_run(hit, "x").id
+    free = fleet.start_run(elsewhere, "x").id
+    assert fleet.get_run(held).admitted_lap == THROTTLED
+    assert [lap.run_id for lap in fleet.queue.pending] == [free]
+    time.sleep(0.8)
+    fleet.sweep()
+    assert held in {lap.run_id for lap in fleet.queue.pending}

@@ -1,4 +1,4 @@
-"""fair share: run priority and admission, per-tenant limits
+"""fair share: run priority and admission, per-tenant limits, provider pauses
 
 Revision ID: 0004_fair_share
 Revises: 0002_served_versions
@@ -31,9 +31,15 @@ def upgrade() -> None:
     sa.Column('updated_by', sa.String(length=200), nullable=True),
     sa.PrimaryKeyConstraint('tenant', 'agent', name=op.f('pk_share_limits'))
     )
+    op.create_table('provider_pauses',
+    sa.Column('provider', sa.String(length=200), nullable=False),
+    sa.Column('until', sa.DateTime(), nullable=False),
+    sa.PrimaryKeyConstraint('provider', name=op.f('pk_provider_pauses'))
+    )
 
 
 def downgrade() -> None:
+    op.drop_table('provider_pauses')
     op.drop_table('share_limits')
     op.drop_index('ix_runs_admission', table_name='runs')
     op.drop_column('runs', 'admitted_lap')
