@@ -209,6 +209,9 @@ def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
     """One admission pass (see the module docstring): put ``requested`` in
     line, then admit waiting runs while they fit. Returns every lap to send
     now, requested or not."""
+    if not requested and conn.execute(select(runs.c.id).where(
+            runs.c.status == "queued", runs.c.admitted_lap == THROTTLED).limit(1)).first() is None:
+        return []  # a hand-on or a sweep with nobody waiting: one indexed read, no lock
     _lock(conn)
     send = _queue(conn, requested, now)
     known = {name: share.provider for name, share in policy.agents.items()}
