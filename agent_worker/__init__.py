@@ -63,6 +63,8 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
     from agent_worker.principal import Principal as Principal
+    from agent_worker.shareapi import QueueView as QueueView
+    from agent_worker.shareapi import UnknownShareLimitError as UnknownShareLimitError
     from agent_worker.state_toolkit import state_tools as state_tools
     from agent_worker.streaming import StreamEvent as StreamEvent
     from agent_worker.tools import Tool as Tool
@@ -95,6 +97,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "agent_worker.principal": ("Principal",),
     "agent_worker.state_toolkit": ("state_tools",),
     "agent_worker.streaming": ("StreamEvent",),
+    "agent_worker.shareapi": ("QueueView", "UnknownShareLimitError"),
     "agent_worker.tools": ("Tool", "ToolContext", "tool"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -68,6 +68,10 @@ class Agent:
     #: How many calls of one model turn may run at once (README, "Parallel tool
     #: calls"); ``None``: ``AGENT_WORKER_MAX_PARALLEL_CALLS``; ``1``: one by one.
     max_parallel_calls: int | None = None
+    #: Fair share (``agent_worker.fairshare``): most laps of this agent in
+    #: flight fleet-wide, and the model provider key whose cap it counts under.
+    concurrency: int | None = None
+    provider_key: str | None = None
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
@@ -83,6 +87,10 @@ class Agent:
                                   or not 1 <= limit <= 256):
             raise AgentDefinitionError(f"agent {self.name}: max_parallel_calls must be an "
                                        f"integer from 1 to 256 or None, not {limit!r}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise AgentDefinitionError(f"agent {self.name}: concurrency must be at least 1")
+        if self.provider_key is not None:
+            check_name(self.provider_key, "provider key")
         irreversible = sorted(t.name for t in self.tools if t.kind == "irreversible")
         if self.on_approval_timeout == "approve" and irreversible:
             # The sweeper would run them as system:timeout, with no human.

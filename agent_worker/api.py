@@ -50,6 +50,7 @@ from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
 from agent_worker.schedule_verbs import ScheduleVerbs
 from agent_worker.settings import get_settings
+from agent_worker.shareapi import FairShareVerbs, check_priority
 from agent_worker.steering import (
     RunStateView,
     argument_edit,
@@ -84,11 +85,11 @@ def _storable(*values: str | None) -> bool:
     return all(v is None or (isinstance(v, str) and clean_text(v) == v) for v in values)
 
 
-class AgentWorker(AccessControl, ScheduleVerbs):
+class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
     """A handle on one store and one dispatcher, acting as one principal;
     module functions use a default one (``connect`` binds another).
     Principals, scoping, authorization and audit: ``agent_worker.access``;
-    schedule verbs: ``ScheduleVerbs``."""
+    schedule verbs: ``ScheduleVerbs``; fair-share limits: ``FairShareVerbs``."""
 
     def _principal(self, by: object = None) -> str:
         """The one place the actor of a verb comes from: the id of the handle's
@@ -101,7 +102,7 @@ class AgentWorker(AccessControl, ScheduleVerbs):
                   tenant: str | None = None, version: str | None = None,
                   budget: Budget | None = None,
                   labels: Mapping[str, str] | None = None,
-                  traceparent: str | None = None) -> RunRecord:
+                  traceparent: str | None = None, priority: int = 0) -> RunRecord:
         """Create a run and send its first lap; with a ``run_id`` a retried call
         returns the existing run instead of starting a second one.
 
@@ -109,7 +110,9 @@ class AgentWorker(AccessControl, ScheduleVerbs):
         (``steering.check_labels`` gives the rules). ``traceparent`` (W3C trace
         context; by default the caller's active OpenTelemetry span, if any) is
         stored with the run, so every lap's trace hangs under the caller's span
-        (``agent_worker.tracing``).
+        (``agent_worker.tracing``). ``priority`` (-1000..1000, default 0) orders the
+        run among its tenant's runs waiting for a slot (``agent_worker.fairshare``):
+        higher goes first.
 
         ``budget`` only tightens the agent's own limits (each limit the stricter
         of the two; ``None`` there means "no tighter"); to lift a limit an
@@ -133,6 +136,7 @@ class AgentWorker(AccessControl, ScheduleVerbs):
                     f"run {run_id} already exists for agent {existing.agent_name}, "
                     f"not {spec.name}")
             return existing
+        priority = check_priority(priority)
         checked_labels = check_labels(labels, self.rt.settings)
         input = admit_input(spec, input, self.rt.settings)
         traceparent = (check_traceparent(traceparent) if traceparent is not None
@@ -143,7 +147,8 @@ class AgentWorker(AccessControl, ScheduleVerbs):
         with self._recorded("start", None, tenant=tenant, target=run_id,
                             changes={"agent": spec.name, "version": spec.version,
                                      "limits": new.limits}):
-            run, created = self.rt.store.create_run(replace(new, traceparent=traceparent))
+            run, created = self.rt.store.create_run(
+                replace(new, traceparent=traceparent, priority=priority))
         if not created:
             self._claimable(run, tenant)  # raced with another tenant's start of this id
             if run.agent_name != spec.name:
@@ -699,10 +704,11 @@ def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = Non
               tenant: str | None = None, version: str | None = None,
               budget: Budget | None = None,
               labels: Mapping[str, str] | None = None,
-              traceparent: str | None = None) -> RunRecord:
+              traceparent: str | None = None, priority: int = 0) -> RunRecord:
     """Start a run on the default handle; see ``AgentWorker.start_run``."""
     return client().start_run(agent, input, run_id=run_id, tenant=tenant, version=version,
-                              budget=budget, labels=labels, traceparent=traceparent)
+                              budget=budget, labels=labels, traceparent=traceparent,
+                              priority=priority)
 
 
 def start_child(parent_run_id: str, agent: str | Agent, input: Any = None, *, key: str,

@@ -31,6 +31,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent_worker.settings import Settings
+from agent_worker.sharemetrics import ShareCollector
 from agent_worker.vocabulary import RUN_STATUSES
 from store import stats
 from store.sql import SqlStore
@@ -203,6 +204,7 @@ def registry_for(store: SqlStore, settings: Settings) -> CollectorRegistry:
     exporter, which would only mislead about the workers)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store, settings))
+    registry.register(ShareCollector(store))
     return registry
 
 

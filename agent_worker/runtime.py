@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from agent_worker.agent import Registry, registry
 from agent_worker.clock import Clock, SystemClock
+from agent_worker.fairshare import gate
 from agent_worker.settings import Settings, get_settings
 from store.base import DueLap, Store
+
+if TYPE_CHECKING:
+    from agent_worker.fairshare import LimitsCache
 
 
 class Stoppable(Protocol):
@@ -33,12 +37,19 @@ class Runtime:
     #: The lease heartbeat of this runtime's laps (``engine.heartbeat``), started
     #: on the first lap; owned here so closing the runtime stops its thread.
     heartbeat: Stoppable | None = field(default=None, repr=False, compare=False)
+    #: The fair-share limits table as this process last read it (``agent_worker.fairshare``).
+    share_limits: LimitsCache | None = field(default=None, repr=False, compare=False)
 
-    def send_all(self, laps: list[DueLap]) -> None:
+    def send_all(self, laps: list[DueLap], *, sweep: bool = False) -> int:
         """Send laps after their state is committed; a send that fails is left
-        to the sweeper, which re-sends whatever Postgres says is overdue."""
-        for lap in laps:
+        to the sweeper, which re-sends whatever Postgres says is overdue.
+        Admission (``agent_worker.fairshare``) decides first which may go now:
+        a capped run waits in Postgres, and a freed slot admits a waiting run,
+        so an empty ``laps`` hands a slot on. Returns how many were sent."""
+        admitted = gate(self, laps, sweep=sweep)
+        for lap in admitted:
             self.dispatcher.send(lap)
+        return len(admitted)
 
     def close(self) -> None:
         """Stop the heartbeat thread and close the store's connections (at

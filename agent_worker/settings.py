@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_worker.authorization import DEFAULT_GRANTS
@@ -221,6 +221,40 @@ class Settings(BaseSettings):
         "`OTEL_EXPORTER_OTLP_*` variables) or `file:PATH` (one JSON span per line, for tests "
         "and debugging).",
     )
+
+    max_laps_in_flight: int = Field(
+        0,
+        ge=0,
+        description="Fair share: fleet-wide cap on laps in flight (admitted lap messages plus "
+        "running laps); 0 means none. Bounds the lap messages in Redis: a backlog beyond it "
+        "waits in Postgres. Set it a little above the fleet's total worker concurrency.",
+    )
+    tenant_concurrency: int = Field(
+        0, ge=0, description="Fair share: default cap on one tenant's laps in flight; 0 means "
+        "none. A tenant's own row (`agent-worker share set`) overrides it."
+    )
+    tenant_weight: float = Field(
+        1.0, gt=0, description="Fair share: default weight of a tenant; when runs wait for "
+        "slots, tenants get slots in proportion to their weights."
+    )
+    provider_concurrency: str = Field(
+        "",
+        description="Fair share: caps on laps in flight per model provider key, as "
+        "`key=N,key=N`; an agent names its key with `Agent(provider_key=...)`.",
+    )
+    share_refresh_seconds: float = Field(
+        5.0, gt=0, description="How often a process re-reads the fair-share limits table: a "
+        "change made with `agent-worker share` applies within this long."
+    )
+
+    @field_validator("provider_concurrency")
+    @classmethod
+    def _provider_caps(cls, value: str) -> str:
+        """Refused at start, not at the first send: raises ``ConfigurationError``."""
+        from agent_worker.fairshare import provider_caps  # imports this module
+
+        provider_caps(value)
+        return value
 
 
 @lru_cache(maxsize=1)

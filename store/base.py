@@ -65,6 +65,10 @@ class RunRecord:
     last_checkpoint_at: datetime | None
     finished_at: datetime | None
     labels: dict[str, str] | None = None
+    #: Fair share (``store.admission``): higher is admitted first within its tenant.
+    priority: int = 0
+    #: ``THROTTLED`` (-1) while the run waits for a slot; ``next_lap`` while it holds one.
+    admitted_lap: int | None = None
 
     @property
     def lap(self) -> int:
@@ -197,6 +201,7 @@ class NewRun:
     #: The caller's W3C trace context, kept in the ``run_created`` event so
     #: every lap's trace hangs under the caller's span (``agent_worker.tracing``).
     traceparent: str | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,12 @@ class Run(Base):
     labels: Mapped[dict[str, str] | None] = mapped_column(
         JSON().with_variant(postgresql.JSONB(), "postgresql"))
 
+    #: Fair share (``store.admission``): higher goes first within its tenant.
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: The lap admission let this run send (it holds a slot while this equals
+    #: ``next_lap``); ``-1`` waits for a slot (throttled); NULL never gated.
+    admitted_lap: Mapped[int | None] = mapped_column(Integer)
+
     __table_args__ = (
         Index("ix_runs_status_wake", "status", "wake_at"),
         Index("ix_runs_agent_status", "agent_name", "status"),
@@ -99,6 +105,9 @@ class Run(Base):
               postgresql_ops={"labels": "jsonb_path_ops"}),
         Index("ix_runs_created", "created_at", "id"),
         Index("ix_runs_parent", "parent_run_id"),
+
+        Index("ix_runs_admission", "status", "admitted_lap", "tenant", "priority",
+              "created_at"),
     )
 
 
@@ -319,3 +328,27 @@ class AuditRow(Base):
     __table_args__ = (Index("ix_audit_log_tenant", "tenant", "id"),
                       Index("ix_audit_log_run", "run_id", "id"),
                       Index("ix_audit_log_at", "at"))
+
+class ShareLimitRow(Base):
+    """Per-tenant (``agent`` = ``*``) or per-(tenant, agent) fair-share limits,
+    editable while the fleet runs; tenant ``*`` is every tenant's default."""
+
+    __tablename__ = "share_limits"
+
+    tenant: Mapped[str] = mapped_column(String(200), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
+    concurrency: Mapped[int | None] = mapped_column(Integer)
+    weight: Mapped[float | None]
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str | None] = mapped_column(String(200))
+
+
+class ProviderPauseRow(Base):
+    """A model provider key answered 429 with Retry-After: admission sends no
+    lap of the agents using it until ``until`` (the database's clock), so the
+    whole fleet slows down, not just the worker that got the 429."""
+
+    __tablename__ = "provider_pauses"
+
+    provider: Mapped[str] = mapped_column(String(200), primary_key=True)
+    until: Mapped[datetime]

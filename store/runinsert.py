@@ -27,7 +27,7 @@ def create_run_tx(conn: Connection, new: NewRun) -> tuple[RunRecord, bool]:
             recoveries=0, parent_run_id=new.parent_run_id,
             forked_from_lap=new.forked_from_lap, created_at=new.now,
             updated_at=new.now, last_checkpoint_at=new.now,
-            enqueued_at=db_time(new.now), labels=new.labels or None,
+            enqueued_at=db_time(new.now), labels=new.labels or None, priority=new.priority,
         )
     )
     conn.execute(

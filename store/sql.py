@@ -38,9 +38,10 @@ from store.rows import (
 )
 from store.runinsert import create_run_tx
 from store.schedules import SqlScheduleStore
+from store.sharing import SqlShareStore
 
 
-class SqlStore(SqlScheduleStore, SqlChildStore, SqlLapStore):
+class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore):
     """``Store`` over one SQLAlchemy engine; see ``SqlBase`` for how the lap's
     hot path saves round trips and fsyncs on Postgres; schedules live in
     ``SqlScheduleStore``."""

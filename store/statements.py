@@ -12,6 +12,7 @@ from sqlalchemy import Integer, String, Text, bindparam, cast, or_, select, upda
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_worker.vocabulary import RUNNABLE
+from store.admitting import THROTTLED
 from store.dbtime import db_now
 from store.models import UTCDateTime
 from store.rows import checkpoints, messages, runs
@@ -19,6 +20,10 @@ from store.rows import checkpoints, messages, runs
 _now = bindparam("now", type_=UTCDateTime())
 _owner = bindparam("owner", type_=String())
 _db_now = db_now(_now)
+
+#: Fair share (``store.admission``): a run waiting for a slot is never claimed,
+#: whatever stale or duplicate message reaches a worker.
+NOT_THROTTLED = or_(runs.c.admitted_lap.is_(None), runs.c.admitted_lap != THROTTLED)
 
 #: Take the lease if the run is at this lap, runnable, due, and not leased by a
 #: live worker (or by this very attempt: a retry after a lost reply re-claims);
@@ -33,6 +38,7 @@ CLAIM = (
         or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < _db_now,
             runs.c.lease_owner == _owner),
         or_(runs.c.wake_at.is_(None), runs.c.wake_at <= _db_now),
+        NOT_THROTTLED,
     )
     .values(status="running", lease_owner=_owner,
             lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),

@@ -32,6 +32,7 @@ from store.rows import (
     served_versions,
     signals,
 )
+from store.statements import NOT_THROTTLED
 
 
 def _pick(conn: Connection, *cond: Any, limit: int) -> list[str]:
@@ -46,7 +47,10 @@ def _flip(conn: Connection, ids: list[str], now: datetime, kind: str,
     rows = conn.execute(
         update(runs).where(runs.c.id.in_(ids))
         .values(status="queued", lease_owner=None, lease_expires_at=None, wake_at=None,
-                waiting_for=None, enqueued_at=now, updated_at=now, **extra)
+                waiting_for=None, enqueued_at=now, updated_at=now,
+                # a dead worker's slot is free again; the re-send asks admission
+                # (store.admitting) for one like any other lap
+                admitted_lap=None, **extra)
         .returning(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version)
     ).all()
     conn.execute(insert(events), [
@@ -156,7 +160,9 @@ def _resend_unclaimed(conn: Connection, now: datetime, live: set[tuple[str, str]
         select(runs.c.id, runs.c.enqueued_at, runs.c.next_lap, runs.c.agent_name,
                runs.c.agent_version)
         .where(runs.c.status == "queued", runs.c.lease_owner.is_(None), expired, served,
-               or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now))
+               or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
+               # a run waiting for a slot has no message to lose (store.admitting)
+               NOT_THROTTLED)
         .limit(limit).with_for_update(skip_locked=True, of=runs)
     ).all()
     if not rows:

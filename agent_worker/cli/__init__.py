@@ -15,7 +15,7 @@ import sys
 import click
 import typer
 
-from agent_worker.cli import actions, audit, ops, runs, schedules, state
+from agent_worker.cli import actions, audit, ops, runs, schedules, share, state
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 from agent_worker.principal import default_principal
 from agent_worker.settings import get_settings
@@ -45,6 +45,8 @@ app.command("worker", context_settings=ops.PASS_THROUGH)(ops.worker)
 app.command("beat", context_settings=ops.PASS_THROUGH)(ops.beat)
 app.command("metrics")(ops.metrics)
 app.command("demo")(ops.demo)
+app.command("queues")(share.queues)
+app.add_typer(share.share_app, name="share")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,12 +77,14 @@ def submit(
     wait: Annotated[bool, typer.Option(help="Wait for the run to finish; exit 1 unless it "
                                             "succeeded.")] = False,
     timeout: WaitTimeout = None,
+    priority: Annotated[int, typer.Option(help="Order among the tenant's runs waiting for "
+                                               "a slot (-1000..1000; higher first).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """Start a run of AGENT."""
     aw = client()
     run = aw.start_run(agent, parse_json_arg(input, "--input"), run_id=run_id, tenant=tenant,
-                       version=version)
+                       version=version, priority=priority)
     if wait:
         _finish(aw.wait(run.id, timeout), json_out)
     elif json_out:

@@ -89,6 +89,11 @@ def run_panel(d: dict[str, Any], at: datetime) -> RenderableType:
                     + (f" - next: {p['next']}" if p["next"] else ""))
     row("last checkpoint", f"{ago(_t(d['last_checkpoint_at']), at)} ago")
     row("waiting for", d["waiting_for"])
+    if d.get("throttled"):
+        row("throttled", "waiting for a fair-share slot (no message in Redis; "
+                         "`agent-worker queues`)")
+    if d.get("priority"):
+        row("priority", d["priority"])
     if d["wake_at"]:
         row("wakes", f"{d['wake_at']} (in {span(_t(d['wake_at']) - at)})")  # type: ignore[operator]
     b = d["budget"]

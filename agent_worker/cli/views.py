@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from agent_worker.vocabulary import TERMINAL
+from store.admitting import THROTTLED
 from store.base import ApprovalRecord, EffectRecord, EventRecord, RunRecord, StoredMessage
 
 TEXT_LIMIT = 300
@@ -57,6 +58,9 @@ def run_summary(run: RunRecord, state: dict[str, Any] | None, at: datetime,
         "cancel_requested": run.cancel_requested_at is not None,
         "parent_run_id": run.parent_run_id, "forked_from_lap": run.forked_from_lap,
         "plan": plan_progress(state),
+        # fair share (agent_worker.fairshare): queued with no message, waiting for a slot
+        "priority": run.priority,
+        "throttled": run.status == "queued" and run.admitted_lap == THROTTLED,
     }
 
 

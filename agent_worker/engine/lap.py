@@ -23,7 +23,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any, Literal, cast
 
-from agent_worker import tracing
+from agent_worker import fairshare, tracing
 from agent_worker.agent import Agent
 from agent_worker.budget import Budget
 from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
@@ -145,6 +145,8 @@ def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any]
                           fence_cancel=fence_cancel)
     if ok and update.enqueue and update.status == "queued" and update.wake_at is None:
         rt.send_all([_due(claim, claim.lap)])
+    elif ok:
+        rt.send_all([])  # the run gave its slot back: admission hands it on
     if ok and update.status in TERMINAL:
         children.wake_parent(rt, claim.run)
     return ok
@@ -223,6 +225,7 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
     run = claim.run
     ending = run.ending is not None or run.cancel_requested_at is not None
     if retriable and run.lap_attempts < rt.settings.max_lap_attempts:
+        fairshare.rate_limited(rt, run.agent_name, run.agent_version, e)
         s = rt.settings
         delay = min(s.retry_backoff_seconds * 2 ** (run.lap_attempts - 1),
                     s.retry_backoff_max_seconds)
@@ -393,6 +396,8 @@ class _Lap:
             # The commit found what it waits for already there and queued the
             # run instead (store.wakeups): send it like any queued run.
             _resend_orphan(self.rt, self.claim)
+        if not update.enqueue:
+            self.rt.send_all([])  # the run gave its slot back: admission hands it on
         if update.status in ENDED_BY_LAP:
             children.wake_parent(self.rt, claim.run)
             return "finished"

@@ -15,12 +15,12 @@ def sweep(rt: Runtime) -> int:
     unclaimed hand-offs (``Store.sweep``), then send the laps found; returns
     how many it sent. A lease counts as a hand-off's cover, so a message nobody
     claims within ``lease_ttl_seconds`` is re-sent, backing off to
-    ``queued_overdue_seconds``."""
+    ``queued_overdue_seconds``. Admission runs with the send, so runs waiting
+    for a slot that has freed are admitted here within one sweep interval."""
     s = rt.settings
     due = rt.store.sweep(now=rt.clock.now(), handoff_seconds=s.lease_ttl_seconds,
                          resend_max_seconds=s.queued_overdue_seconds)
-    rt.send_all(due)
-    return len(due)
+    return rt.send_all(due, sweep=True)
 
 
 __all__ = ["sweep"]

@@ -67,6 +67,7 @@ ALERT_METRICS = [
     "agent_worker_run_budget_exceeded_total",
     "agent_worker_pending_approvals_oldest_age_seconds",
     "agent_worker_unserved_runs",
+    "agent_worker_share_oldest_wait_seconds",
 ]
 UNITS = [
     "agent-worker-worker@.service",
@@ -572,6 +573,9 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             # 40 runs of a retired version wait from minute 5 on.
             {"series": 'agent_worker_unserved_runs{agent="a",version="1"}',
              "values": "0x5 40x55"},
+            # Tenant b's oldest run waits 2 more minutes for a slot each minute.
+            {"series": 'agent_worker_share_oldest_wait_seconds{tenant="b",agent="x"}',
+             "values": "0+120x60"},
         ],
         "alert_rule_test": [
             quiet("AgentWorkerStaleRuns", "5m"),
@@ -586,6 +590,9 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"eval_time": "20m", "alertname": "AgentWorkerVersionUnserved",
              "exp_alerts": [{"exp_labels": {"severity": "warning", "agent": "a",
                                             "version": "1"}}]},
+            quiet("AgentWorkerTenantStarved", "10m"),
+            {"eval_time": "20m", "alertname": "AgentWorkerTenantStarved",
+             "exp_alerts": [{"exp_labels": {"severity": "warning", "tenant": "b"}}]},
         ],
     }
     healthy = {
@@ -596,6 +603,8 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"series": "agent_worker_run_budget_exceeded_total", "values": "3x60"},
             {"series": "agent_worker_pending_approvals_oldest_age_seconds", "values": "60x60"},
             {"series": 'agent_worker_unserved_runs{agent="a",version="1"}', "values": "0x60"},
+            {"series": 'agent_worker_share_oldest_wait_seconds{tenant="b",agent="x"}',
+             "values": "30x60"},
         ],
         "alert_rule_test": [
             quiet(name, "40m")
@@ -606,6 +615,7 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
                 "AgentWorkerApprovalWaitingLong",
                 "AgentWorkerMetricsAbsent",
                 "AgentWorkerVersionUnserved",
+                "AgentWorkerTenantStarved",
             )
         ],
     }

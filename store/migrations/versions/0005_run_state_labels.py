@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = '0005_run_state_labels'
-down_revision = '0003_tenancy'
+down_revision = '0004_fair_share'
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,176 @@
+"""Fair share across a shared fleet (issue 17): every lap a process sends
+passes through admission first (``store.admitting``).
+
+Caps come from four places: settings (fleet, default per tenant, per
+provider key), the agent (``Agent(concurrency=..., provider_key=...)``) and
+the limits table (per tenant and per (tenant, agent), with weights), which
+each process re-reads every ``share_refresh_seconds``. With no cap anywhere
+admission is off and laps go straight to the broker, as before; the sweeper
+still drains runs a removed cap left waiting.
+
+``gate`` never raises: if admission fails (the database is away), nothing is
+sent and the runs stay queued with their hand-off open, so the sweeper's
+re-send (``store.sweeping``) asks admission again once it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agent_worker.errors import ConfigurationError
+from agent_worker.model.failures import RateLimitedError
+from agent_worker.settings import Settings
+from agent_worker.untrusted import check_name
+from store.admitting import AgentShare, Policy
+from store.base import DueLap
+from store.sharing import ANY, ShareLimit, ShareStore
+
+if TYPE_CHECKING:
+    from agent_worker.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LimitsCache:
+    """The limits table as one process last read it."""
+
+    rows: list[ShareLimit] = field(default_factory=list)
+    read_at: float = float("-inf")
+
+
+def provider_caps(text: str) -> dict[str, int]:
+    """``AGENT_WORKER_PROVIDER_CONCURRENCY`` parsed: ``key=N,key=N``.
+
+    Raises:
+        ConfigurationError: an entry is not ``identifier=positive integer``.
+    """
+    caps: dict[str, int] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        key, sep, value = item.partition("=")
+        try:
+            check_name(key.strip(), "provider key")
+            cap = int(value)
+        except Exception as e:
+            raise ConfigurationError(
+                f"AGENT_WORKER_PROVIDER_CONCURRENCY entry {item!r} is not key=N: {e}") from e
+        if not sep or cap < 1:
+            raise ConfigurationError(
+                f"AGENT_WORKER_PROVIDER_CONCURRENCY entry {item!r}: N must be at least 1")
+        caps[key.strip()] = cap
+    return caps
+
+
+def build_policy(settings: Settings, agents: dict[str, AgentShare],
+                 rows: list[ShareLimit]) -> Policy:
+    """Every cap in force, from settings, agents and the limits table."""
+    tenants: dict[str, int | None] = {}
+    weights: dict[str, float] = {}
+    pairs: dict[tuple[str, str], int | None] = {}
+    default_cap = settings.tenant_concurrency or None
+    default_weight = settings.tenant_weight
+    for row in rows:
+        if row.tenant == ANY and row.agent == ANY:
+            default_cap = row.concurrency if row.concurrency is not None else default_cap
+            default_weight = row.weight if row.weight is not None else default_weight
+        elif row.agent == ANY:
+            if row.concurrency is not None:
+                tenants[row.tenant] = row.concurrency
+            if row.weight is not None:
+                weights[row.tenant] = row.weight
+        elif row.concurrency is not None:
+            pairs[(row.tenant, row.agent)] = row.concurrency
+    return Policy(agents=agents, fleet=settings.max_laps_in_flight or None,
+                  tenant_default=default_cap, weight_default=default_weight,
+                  tenants=tenants, weights=weights, tenant_agents=pairs,
+                  providers=provider_caps(settings.provider_concurrency))
+
+
+def capped(policy: Policy) -> bool:
+    """Whether any cap is in force (else admission is off). An agent that
+    names its provider key opts in: a 429 on that key must be able to hold
+    its laps back (``rate_limited``)."""
+    return (policy.fleet is not None or policy.tenant_default is not None
+            or any(c is not None for c in policy.tenants.values())
+            or any(c is not None for c in policy.tenant_agents.values())
+            or any(a.concurrency is not None or a.provider is not None
+                   for a in policy.agents.values())
+            or bool(policy.providers))
+
+
+def agent_shares(rt: Runtime) -> dict[str, AgentShare]:
+    """What this process knows of each agent it has registered (several
+    versions of one agent: the tightest cap among them)."""
+    shares: dict[str, AgentShare] = {}
+    for agent in rt.registry.all():
+        seen = shares.get(agent.name)
+        caps = [c for c in (agent.concurrency, seen.concurrency if seen else None)
+                if c is not None]
+        shares[agent.name] = AgentShare(
+            concurrency=min(caps) if caps else None,
+            provider=agent.provider_key or (seen.provider if seen else None))
+    return shares
+
+
+def policy(rt: Runtime) -> Policy:
+    """The policy in force for this process, the table re-read when stale."""
+    cache = rt.share_limits
+    if cache is None:
+        cache = rt.share_limits = LimitsCache()
+    store = rt.store
+    if (isinstance(store, ShareStore)
+            and time.monotonic() - cache.read_at >= rt.settings.share_refresh_seconds):
+        cache.rows, cache.read_at = store.share_limits(), time.monotonic()
+    return build_policy(rt.settings, agent_shares(rt), cache.rows)
+
+
+def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap]:
+    """The laps that may go to the broker now: ``laps`` put through admission,
+    plus any waiting run a freed slot admits. With no cap in force, ``laps``
+    as they are (and, in a sweep, every run a removed cap left waiting).
+
+    A process admits runs only of agents it has registered (it knows no other
+    agent's caps): its workers' laps and the sweep, which runs on a worker of
+    the maintenance queue, do. Runs it is asked to send of other agents stay
+    waiting for a process that has them."""
+    store = rt.store
+    if not isinstance(store, ShareStore):
+        return laps
+    try:
+        current = policy(rt)
+        if capped(current):
+            return store.admit([lap.run_id for lap in laps], current, now=rt.clock.now())
+        if not sweep:
+            return laps
+        # No cap any more: let out whatever an earlier cap held back.
+        return laps + store.admit([], Policy(agents=current.agents), now=rt.clock.now())
+    except Exception as e:
+        log.warning("admission failed (%s); the sweeper re-sends these laps", e)
+        return []
+
+
+def rate_limited(rt: Runtime, agent_name: str, agent_version: str, error: Exception) -> None:
+    """A lap's model call got a 429 (``RateLimitedError``) that asked for a
+    wait: pause the agent's provider key fleet-wide for that long, so every
+    worker's admission holds that key's laps back, not just this one's.
+    Never raises (the lap is already failing; its retry goes on)."""
+    retry_after = getattr(error, "retry_after", None)
+    agent = rt.registry.resolve(agent_name, agent_version)
+    store = rt.store
+    if (not isinstance(error, RateLimitedError) or not retry_after or agent is None
+            or agent.provider_key is None or not isinstance(store, ShareStore)):
+        return
+    try:
+        store.pause_provider(agent.provider_key, seconds=float(retry_after),
+                             now=rt.clock.now())
+        log.warning("provider key %s rate limited: no new laps for %.1fs", agent.provider_key,
+                    retry_after)
+    except Exception as e:
+        log.warning("could not pause provider key %s: %s", agent.provider_key, e)
+
+
+__all__ = ["LimitsCache", "agent_shares", "build_policy", "capped", "gate", "policy",
+           "provider_caps", "rate_limited"]

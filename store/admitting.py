@@ -1,0 +1,256 @@
+"""Admission: which queued laps may go to Redis now (issue 17, fair share).
+
+A lap in flight holds a *slot* from the moment admission lets its message go
+until its lap commits or is released: the run is ``running``, or ``queued``
+with ``admitted_lap = next_lap``. A run that asks to be sent while a cap it
+falls under is full stays ``queued`` in Postgres with ``admitted_lap = -1``
+(*throttled*): no message in Redis, no worker holding it, and the claim
+refuses it (``statements.NOT_THROTTLED``) whatever stale message turns up.
+
+Every admission pass runs under one transaction-scoped advisory lock on
+Postgres (SQLite's single writer serialises it there), counts the slots held,
+and admits waiting runs while they fit: the tenant with the fewest slots per
+unit of weight goes first (weighted max-min fairness), and within a tenant the
+highest ``priority``, then the oldest run. Only admission sets a run's
+``admitted_lap`` to a lap, so a count taken under the lock cannot be raced by
+a second admitter; a claim turns an admitted run into a running one (both
+hold the slot), and a commit or release frees it. A dead worker's slot is
+freed by the sweeper's recovery (``sweeping._flip``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Table,
+    and_,
+    func,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
+
+from store.base import DueLap
+from store.dbtime import db_time
+from store.models import ProviderPauseRow
+from store.rows import runs
+
+provider_pauses: Table = ProviderPauseRow.__table__  # type: ignore[assignment]
+
+#: ``admitted_lap`` of a run waiting for a slot.
+THROTTLED = -1
+#: Transaction-scoped advisory lock that serialises admission fleet-wide.
+LOCK_KEY = 0x61775F6661697231  # "aw_fair1"
+#: Most waiting runs read per tenant in one pass: bounds the pass's cost
+#: whatever the backlog; the rest wait for the next pass.
+PER_TENANT = 64
+
+
+@dataclass(frozen=True)
+class AgentShare:
+    """What admission knows of one agent it may admit."""
+
+    concurrency: int | None = None
+    provider: str | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Every cap and weight one admission pass applies (``None``: no cap).
+
+    Only runs of agents named in ``agents`` are admitted by this pass (a
+    process cannot know the caps of an agent it has not registered); the
+    sweeper, which imports every agent module, admits the rest.
+    """
+
+    agents: Mapping[str, AgentShare]
+    fleet: int | None = None
+    tenant_default: int | None = None
+    weight_default: float = 1.0
+    tenants: Mapping[str, int | None] = field(default_factory=dict)
+    weights: Mapping[str, float] = field(default_factory=dict)
+    tenant_agents: Mapping[tuple[str, str], int | None] = field(default_factory=dict)
+    providers: Mapping[str, int] = field(default_factory=dict)
+
+    def tenant_cap(self, tenant: str) -> int | None:
+        return self.tenants.get(tenant, self.tenant_default)
+
+    def weight(self, tenant: str) -> float:
+        return self.weights.get(tenant, self.weight_default)
+
+
+@dataclass
+class _Held:
+    """Slots held, by each key a cap can apply to."""
+
+    total: int = 0
+    tenant: dict[str, int] = field(default_factory=dict)
+    agent: dict[str, int] = field(default_factory=dict)
+    pair: dict[tuple[str, str], int] = field(default_factory=dict)
+    provider: dict[str, int] = field(default_factory=dict)
+
+    def add(self, tenant: str, agent: str, provider: str | None, n: int = 1) -> None:
+        self.total += n
+        self.tenant[tenant] = self.tenant.get(tenant, 0) + n
+        self.agent[agent] = self.agent.get(agent, 0) + n
+        self.pair[(tenant, agent)] = self.pair.get((tenant, agent), 0) + n
+        if provider is not None:
+            self.provider[provider] = self.provider.get(provider, 0) + n
+
+    def fits(self, policy: Policy, tenant: str, agent: str) -> bool:
+        share = policy.agents[agent]
+        checks = [
+            (policy.tenant_cap(tenant), self.tenant.get(tenant, 0)),
+            (share.concurrency, self.agent.get(agent, 0)),
+            (policy.tenant_agents.get((tenant, agent)), self.pair.get((tenant, agent), 0)),
+        ]
+        if share.provider is not None:
+            checks.append((policy.providers.get(share.provider), self.provider.get(
+                share.provider, 0)))
+        return all(cap is None or held < cap for cap, held in checks)
+
+
+def holds_slot() -> ColumnElement[bool]:
+    """The SQL condition "this run holds a slot"."""
+    return or_(runs.c.status == "running",
+               and_(runs.c.status == "queued", runs.c.admitted_lap >= 0,
+                    runs.c.admitted_lap == runs.c.next_lap))
+
+
+def _tenant() -> ColumnElement[str]:
+    return func.coalesce(runs.c.tenant, literal_column("''"))
+
+
+def _held(conn: Connection, policy: Policy, known: Mapping[str, str | None]) -> _Held:
+    held = _Held()
+    rows = conn.execute(select(_tenant().label("tenant_key"), runs.c.agent_name, func.count())
+                        .where(holds_slot()).group_by(_tenant(), runs.c.agent_name))
+    for tenant, agent, n in rows:
+        held.add(tenant, agent, known.get(agent), int(n))
+    return held
+
+
+def _lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LOCK_KEY})
+
+
+def _queue(conn: Connection, requested: Sequence[str], now: datetime) -> list[DueLap]:
+    """Put the requested runs in line; return those already admitted for
+    their current lap (a re-send of a message Redis or a worker lost)."""
+    if not requested:
+        return []
+    ready = and_(runs.c.id.in_(requested), runs.c.status == "queued",
+                 runs.c.lease_owner.is_(None),
+                 or_(runs.c.wake_at.is_(None), runs.c.wake_at <= db_time(now)))
+    already = conn.execute(
+        select(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version)
+        .where(ready, runs.c.admitted_lap == runs.c.next_lap)).all()
+    conn.execute(update(runs).where(
+        ready, or_(runs.c.admitted_lap.is_(None), runs.c.admitted_lap != runs.c.next_lap))
+        .values(admitted_lap=THROTTLED))
+    return [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in already]
+
+
+def _paused(conn: Connection, policy: Policy, now: datetime) -> set[str]:
+    """Provider keys a 429 paused (``pause_provider``) until a later time."""
+    if not any(share.provider for share in policy.agents.values()):
+        return set()
+    return set(conn.execute(select(provider_pauses.c.provider).where(
+        provider_pauses.c.until > db_time(now))).scalars())
+
+
+def _room(policy: Policy, held: _Held, paused: set[str]
+          ) -> tuple[list[str], list[str] | None, list[str]]:
+    """Agents with room, and the tenants to read (``None``: any) or skip:
+    a backlog whose caps are all full costs the pass no read of its rows."""
+    agents = [a for a, share in policy.agents.items()
+              if share.provider not in paused
+              and (share.concurrency is None or held.agent.get(a, 0) < share.concurrency)
+              and (share.provider is None or policy.providers.get(share.provider) is None
+                   or held.provider.get(share.provider, 0) < policy.providers[share.provider])]
+    named = set(held.tenant) | set(policy.tenants)
+    full = [t for t in named if (cap := policy.tenant_cap(t)) is not None
+            and held.tenant.get(t, 0) >= cap]
+    if policy.tenant_default == 0:  # only tenants with a cap of their own may run
+        return agents, sorted(named - set(full)), []
+    return agents, None, sorted(full)
+
+
+def _waiting(conn: Connection, agents: Sequence[str], now: datetime, *,
+             only: Sequence[str] | None, skip: Sequence[str]) -> list[Row[Any]]:
+    """The head of each tenant's line: its ``PER_TENANT`` first runs."""
+    rank = func.row_number().over(
+        partition_by=_tenant(),
+        order_by=(runs.c.priority.desc(), runs.c.created_at, runs.c.id)).label("rank")
+    inner = (select(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version,
+                    _tenant().label("tenant_key"), runs.c.priority, runs.c.created_at, rank)
+             .where(runs.c.status == "queued", runs.c.admitted_lap == THROTTLED,
+                    runs.c.agent_name.in_(agents),
+                    or_(runs.c.wake_at.is_(None), runs.c.wake_at <= db_time(now)),
+                    _tenant().in_(only) if only is not None else _tenant().not_in(skip))
+             .subquery())
+    return list(conn.execute(select(inner).where(inner.c.rank <= PER_TENANT)
+                             .order_by(inner.c.tenant_key, inner.c.rank)).all())
+
+
+def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
+          now: datetime) -> list[DueLap]:
+    """One admission pass (see the module docstring): put ``requested`` in
+    line, then admit waiting runs while they fit. Returns every lap to send
+    now, requested or not."""
+    if not requested and conn.execute(select(runs.c.id).where(
+            runs.c.status == "queued", runs.c.admitted_lap == THROTTLED).limit(1)).first() is None:
+        return []  # a hand-on or a sweep with nobody waiting: one indexed read, no lock
+    _lock(conn)
+    send = _queue(conn, requested, now)
+    known = {name: share.provider for name, share in policy.agents.items()}
+    held = _held(conn, policy, known)
+    free = None if policy.fleet is None else policy.fleet - held.total
+    if not known or (free is not None and free <= 0):
+        return send
+    agents, only, skip = _room(policy, held, _paused(conn, policy, now))
+    if not agents or only == []:
+        return send
+    lines: dict[str, list[Row[Any]]] = {}
+    for row in _waiting(conn, agents, now, only=only, skip=skip):
+        lines.setdefault(row.tenant_key, []).append(row)
+    heap = [(held.tenant.get(t, 0) / policy.weight(t), line[0].created_at, t)
+            for t, line in lines.items()]
+    heapq.heapify(heap)
+    chosen: list[Row[Any]] = []
+    while heap and (free is None or free > 0):
+        _, _, tenant = heapq.heappop(heap)
+        line = lines[tenant]
+        pick = next((r for r in line if held.fits(policy, tenant, r.agent_name)), None)
+        if pick is None:
+            continue
+        line.remove(pick)
+        chosen.append(pick)
+        held.add(tenant, pick.agent_name, known[pick.agent_name])
+        free = None if free is None else free - 1
+        if line:
+            heapq.heappush(heap, (held.tenant[tenant] / policy.weight(tenant),
+                                  line[0].created_at, tenant))
+    if chosen:
+        ids = [r.id for r in chosen]
+        # The hand-off (store.sweeping) starts now, on the database's clock.
+        conn.execute(update(runs).where(runs.c.id.in_(ids))
+                     .values(admitted_lap=runs.c.next_lap, enqueued_at=db_time(now),
+                             lease_expires_at=None))
+        send += [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version)
+                 for r in chosen]
+    return send
+
+
+__all__ = ["THROTTLED", "AgentShare", "Policy", "admit", "holds_slot"]

@@ -1,0 +1,151 @@
+"""The fair-share side of the store: admission, the per-tenant limits table
+and the queue view operators read (issue 17).
+
+``ShareStore`` is the protocol the engine and the API use; ``SqlShareStore``
+implements it over the SQL store's engine (a mixin of ``SqlStore``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy import Connection, Table, case, delete, func, literal_column, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from store import admitting
+from store.admitting import Policy, provider_pauses
+from store.base import DueLap
+from store.dbtime import db_time, read_now
+from store.models import ShareLimitRow, UTCDateTime
+from store.rows import runs
+from store.sqlbase import SqlBase
+
+share_limits: Table = ShareLimitRow.__table__  # type: ignore[assignment]
+
+#: The ``agent`` of a row that applies to the whole tenant, and the ``tenant``
+#: of the row every tenant without its own inherits.
+ANY = "*"
+
+
+@dataclass(frozen=True)
+class ShareLimit:
+    """One row of the limits table: ``agent == "*"`` is the whole tenant
+    (its concurrency cap and weight); otherwise a cap on that tenant's runs of
+    that agent. ``None`` means "not set here"."""
+
+    tenant: str
+    agent: str
+    concurrency: int | None
+    weight: float | None
+    updated_at: datetime
+    updated_by: str | None
+
+
+@dataclass(frozen=True)
+class QueueLine:
+    """What ``agent-worker queues`` shows for one (tenant, agent): slots held
+    (``in_flight``), runs queued (admitted or not), runs waiting for a slot
+    (``throttled``) and how long the oldest of those has waited."""
+
+    tenant: str
+    agent: str
+    in_flight: int
+    queued: int
+    throttled: int
+    oldest_wait_seconds: float | None
+
+
+@runtime_checkable
+class ShareStore(Protocol):
+    """Admission and its configuration; every method owns one transaction."""
+
+    def admit(self, requested: Sequence[str], policy: Policy, *,
+              now: datetime) -> list[DueLap]: ...
+
+    def share_limits(self) -> list[ShareLimit]: ...
+
+    def set_share_limit(self, tenant: str, agent: str, *, concurrency: int | None,
+                        weight: float | None, by: str | None, now: datetime) -> ShareLimit: ...
+
+    def clear_share_limit(self, tenant: str, agent: str) -> bool: ...
+
+    def queue_lines(self, *, now: datetime) -> list[QueueLine]: ...
+
+    def pause_provider(self, provider: str, *, seconds: float, now: datetime) -> None: ...
+
+
+class SqlShareStore(SqlBase):
+    """``ShareStore`` over the SQL store's engine (Postgres or SQLite)."""
+
+    def admit(self, requested: Sequence[str], policy: Policy, *,
+              now: datetime) -> list[DueLap]:
+        return self._tx(lambda c: admitting.admit(c, requested, policy, now=now))
+
+    def share_limits(self) -> list[ShareLimit]:
+        rows = self._read(lambda c: c.execute(
+            select(share_limits).order_by(share_limits.c.tenant, share_limits.c.agent)).all())
+        return [ShareLimit(**r._mapping) for r in rows]
+
+    def set_share_limit(self, tenant: str, agent: str, *, concurrency: int | None,
+                        weight: float | None, by: str | None, now: datetime) -> ShareLimit:
+        values: dict[str, Any] = {"tenant": tenant, "agent": agent, "concurrency": concurrency,
+                                  "weight": weight, "updated_at": now, "updated_by": by}
+
+        def tx(conn: Connection) -> ShareLimit:
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            stmt = dialect.insert(share_limits).values(**values)
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=["tenant", "agent"],
+                set_={k: stmt.excluded[k] for k in values if k not in ("tenant", "agent")}))
+            return ShareLimit(**values)
+
+        return self._tx(tx)
+
+    def clear_share_limit(self, tenant: str, agent: str) -> bool:
+        return self._tx(lambda c: c.execute(delete(share_limits).where(
+            share_limits.c.tenant == tenant, share_limits.c.agent == agent)).rowcount == 1)
+
+    def pause_provider(self, provider: str, *, seconds: float, now: datetime) -> None:
+        """Admit no lap of ``provider``'s agents for ``seconds`` from the
+        database's now; a shorter pause never shortens a longer one."""
+        def tx(conn: Connection) -> None:
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            until = conn.execute(select(db_time(now + timedelta(seconds=seconds),
+                                                seconds))).scalar_one()
+            stmt = dialect.insert(provider_pauses).values(provider=provider, until=until)
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=["provider"],
+                set_={"until": case((stmt.excluded.until > provider_pauses.c.until,
+                                     stmt.excluded.until), else_=provider_pauses.c.until)}))
+
+        self._tx(tx)
+
+    def queue_lines(self, *, now: datetime) -> list[QueueLine]:
+        def read(conn: Connection) -> list[QueueLine]:
+            at = read_now(conn, now)
+            throttled = runs.c.admitted_lap == admitting.THROTTLED
+            queued = runs.c.status == "queued"
+            tenant = func.coalesce(runs.c.tenant, literal_column("''"))
+            rows = conn.execute(
+                select(tenant.label("tenant"), runs.c.agent_name,
+                       func.sum(case((admitting.holds_slot(), 1), else_=0)),
+                       func.sum(case((queued, 1), else_=0)),
+                       func.sum(case((queued & throttled, 1), else_=0)),
+                       func.min(case((queued & throttled, runs.c.enqueued_at)),
+                                type_=UTCDateTime()))
+                .where(runs.c.status.in_(("queued", "running")))
+                .group_by(tenant, runs.c.agent_name).order_by(tenant, runs.c.agent_name)).all()
+            return [QueueLine(
+                tenant=t, agent=a, in_flight=int(f or 0), queued=int(q or 0),
+                throttled=int(th or 0),
+                oldest_wait_seconds=None if oldest is None else max(
+                    0.0, (at - oldest).total_seconds()))
+                for t, a, f, q, th, oldest in rows]
+
+        return self._read(read)
+
+
+__all__ = ["ANY", "QueueLine", "ShareLimit", "ShareStore", "SqlShareStore", "share_limits"]

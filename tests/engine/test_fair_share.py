@@ -1,0 +1,266 @@
+"""Fair share (issue 17) on the in-process engine, SQLite and Postgres: caps
+hold a run in Postgres (no message, the claim refuses it) and a freed slot
+admits the next; priorities order a tenant's line; weights split a shared cap;
+a dead worker's slot comes back at the sweep; a removed cap lets runs out.
+
+Each test has its own agents (a private registry: a capped agent in the
+process-wide registry would switch admission on for every other test) and its
+own tenants (the Postgres database is shared by the session)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from agent_worker import Agent, InProcessWorker, ScriptedModel, tool, turn
+from agent_worker.agent import Registry
+from agent_worker.budget import Budget, BudgetLedger
+from agent_worker.checkpoint import Checkpoint, dump_checkpoint
+from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.engine.lap import run_lap
+from agent_worker.errors import ConfigurationError, InvalidInputError, NotFoundError
+from agent_worker.messages import Message, ModelRequest, ModelResponse
+from agent_worker.model.failures import RateLimitedError
+from agent_worker.settings import Settings
+from store.admitting import THROTTLED, AgentShare, Policy
+from store.base import DueLap, NewRun
+from store.rows import message_body
+from store.sql import SqlStore
+
+
+@tool
+def tick(n: int) -> int:
+    """Count."""
+    return n
+
+
+def _laps(n: int) -> Any:
+    def script(r: ModelRequest) -> ModelResponse:
+        return turn("done") if r.lap >= n else turn("", [("tick", {"n": r.lap})])
+    return script
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def fleet(dialect_url: str) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(dialect_url, retry_backoff_seconds=0)
+    w.rt.registry = Registry()
+    yield w
+    w.close()
+
+
+def _agent(w: InProcessWorker, laps: int = 1, **kw: Any) -> str:
+    name = f"fs-{_uid()}"
+    w.rt.registry.register(Agent(name=name, model=ScriptedModel(_laps(laps)), tools=[tick],
+                                 **kw))
+    return name
+
+
+def _holders(w: InProcessWorker, agent: str) -> int:
+    return sum(line.in_flight for line in w.queues() if line.agent == agent)
+
+
+def _step(w: InProcessWorker) -> str:
+    """Run the next queued lap; return its run id."""
+    lap = w.queue.pending.popleft()
+    run_lap(w.rt, lap.run_id, lap.lap)
+    return lap.run_id
+
+
+def test_capped_runs_wait_in_postgres_and_the_freed_slot_admits_the_next(
+        fleet: InProcessWorker) -> None:
+    agent = _agent(fleet, laps=2, concurrency=2)
+    ids = [fleet.start_run(agent, "go", tenant=f"t{_uid()}").id for _ in range(6)]
+    # Two messages for six runs: the other four wait in Postgres with no message.
+    assert len(fleet.queue.pending) == 2
+    waiting = [fleet.get_run(i) for i in ids[2:]]
+    assert all(r.status == "queued" and r.admitted_lap == THROTTLED for r in waiting)
+    # A stale or forged message for a waiting run is refused at the claim.
+    assert fleet.rt.store.claim(ids[5], 1, owner="x", now=fleet.rt.clock.now(),
+                                lease_seconds=10, window_messages=10) is None
+    # The sweeper does not re-send waiting runs (they have no message to lose).
+    assert fleet.sweep() == 0 and len(fleet.queue.pending) == 2
+    seen = 0
+    while fleet.queue.pending:
+        _step(fleet)
+        seen += 1
+        assert _holders(fleet, agent) <= 2
+        assert len(fleet.queue.pending) <= 2
+    assert seen == 12
+    assert all(fleet.get_run(i).status == "succeeded" for i in ids)
+
+
+def test_a_high_priority_run_goes_ahead_of_its_tenants_queued_batch(
+        fleet: InProcessWorker) -> None:
+    agent, tenant = _agent(fleet), f"t{_uid()}"
+    fleet.set_share(tenant, concurrency=1)
+    # 500 runs submitted at once (one admission pass), then the urgent one.
+    batch = _bulk_runs(fleet, agent, tenant, 500)
+    fleet.rt.send_all([DueLap(run_id, 1, agent, "1") for run_id in batch])
+    urgent = fleet.start_run(agent, "u", tenant=tenant, priority=10).id
+    order = [_step(fleet) for _ in range(3)]
+    assert order == [batch[0], urgent, batch[1]]
+
+
+def test_weights_split_a_shared_cap(fleet: InProcessWorker) -> None:
+    agent, a, b = _agent(fleet, concurrency=4), f"a{_uid()}", f"b{_uid()}"
+    fleet.set_share(b, weight=3)
+    runs = {fleet.start_run(agent, "x", tenant=a).id: a for _ in range(20)}
+    runs.update({fleet.start_run(agent, "x", tenant=b).id: b for _ in range(20)})
+    admitted = [runs[fleet.queue.pending[-1].run_id] for _ in range(16) if _step(fleet)]
+    # After A's head start (it took all 4 slots alone), B holds 3 slots to A's 1:
+    # of the 16 slots freed, B got 12 (equal weights would give it 8).
+    assert admitted.count(b) >= 11
+    lines = {line.tenant: line.in_flight for line in fleet.queues() if line.agent == agent}
+    assert lines == {a: 1, b: 3}
+
+
+def test_a_dead_workers_slot_comes_back_at_the_sweep(fleet: InProcessWorker) -> None:
+    agent = _agent(fleet, concurrency=1)
+    first, second = (fleet.start_run(agent, "x", tenant=f"t{_uid()}").id for _ in range(2))
+    lap = fleet.queue.pending.popleft()
+    # A worker claims the lap and dies (never commits, never releases).
+    assert fleet.rt.store.claim(lap.run_id, lap.lap, owner="dead", now=fleet.rt.clock.now(),
+                                lease_seconds=0.3, window_messages=10) is not None
+    assert _holders(fleet, agent) == 1
+    assert fleet.get_run(second).admitted_lap == THROTTLED
+    time.sleep(0.5)
+    # Recovery frees the dead lap's slot and admission hands it out again:
+    # one lap sent (the recovered run, the older of the two), never two.
+    assert fleet.sweep() == 1
+    assert _holders(fleet, agent) == 1
+    fleet.run_until_idle()
+    assert {fleet.get_run(i).status for i in (first, second)} == {"succeeded"}
+
+
+def test_removing_the_cap_lets_waiting_runs_out_at_the_sweep(fleet: InProcessWorker) -> None:
+    agent, tenant = _agent(fleet), f"t{_uid()}"
+    fleet.set_share(tenant, concurrency=0)
+    ids = [fleet.start_run(agent, "x", tenant=tenant).id for _ in range(3)]
+    assert not fleet.queue.pending and fleet.sweep() == 0
+    line = next(q for q in fleet.queues() if q.tenant == tenant)
+    assert (line.tenant_cap, line.queued, line.throttled, line.in_flight) == (0, 3, 3, 0)
+    assert line.oldest_wait_seconds is not None and line.oldest_wait_seconds >= 0
+    fleet.clear_share(tenant)
+    assert fleet.sweep() == 3
+    fleet.run_until_idle()
+    assert all(fleet.get_run(i).status == "succeeded" for i in ids)
+
+
+def test_bad_fair_share_input_is_refused(fleet: InProcessWorker) -> None:
+    agent = _agent(fleet)
+    bads: tuple[Any, ...] = (-1001, True, 1.5, 10_000, "1")
+    for bad in bads:
+        with pytest.raises(InvalidInputError, match="priority"):
+            fleet.start_run(agent, "x", priority=bad)
+    for kwargs in ({}, {"concurrency": -1}, {"concurrency": True}, {"weight": 0},
+                   {"weight": float("nan")}, {"agent": agent, "weight": 2.0}):
+        with pytest.raises(InvalidInputError):
+            fleet.set_share("acme", **kwargs)
+    with pytest.raises(InvalidInputError):
+        fleet.set_share("bad tenant\n", concurrency=1)
+    with pytest.raises(NotFoundError):
+        fleet.clear_share(f"t{_uid()}")
+    with pytest.raises(ConfigurationError):
+        Settings(provider_concurrency="openai=zero")
+    with pytest.raises(InvalidInputError):
+        Agent(name="x", model=ScriptedModel(_laps(1)), concurrency=0)
+
+
+def test_concurrent_admissions_never_exceed_a_cap(database_url: str) -> None:
+    """Eight admitters at once on Postgres, each asking for its own runs:
+    the advisory lock makes the count and the admission one step."""
+    w = InProcessWorker(database_url)
+    w.rt.registry = Registry()
+    agent = _agent(w)
+    store = SqlStore(database_url)
+    ids = [w.rt.store.create_run(_new_run(w, agent, f"race-{_uid()}"))[0].id
+           for _ in range(40)]
+    policy = Policy(agents={agent: AgentShare(concurrency=3)})
+    sent: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def admitter(mine: list[str]) -> None:
+        barrier.wait()
+        sent.append(len(store.admit(mine, policy, now=w.rt.clock.now())))
+
+    threads = [threading.Thread(target=admitter, args=(ids[i::8],)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(sent) == 3
+    assert _holders(w, agent) == 3
+    store.dispose()
+    w.close()
+
+
+def _new_run(w: InProcessWorker, agent: str, run_id: str, tenant: str | None = None) -> NewRun:
+    """A run as ``start_run`` writes it, without sending it."""
+    ckpt = Checkpoint(lap=0, agent_name=agent, agent_version="1", message_count=1,
+                      budget=BudgetLedger.start(Budget(), w.rt.clock.now()))
+    return NewRun(id=run_id, tenant=tenant, agent_name=agent, agent_version="1", input="x",
+                  limits=Budget().model_dump(mode="json"), retention="full",
+                  checkpoint=dump_checkpoint(ckpt), schema_version=CHECKPOINT_SCHEMA_VERSION,
+                  messages=[Message(role="user", content="x")], now=w.rt.clock.now())
+
+
+def _bulk_runs(w: InProcessWorker, agent: str, tenant: str, n: int) -> list[str]:
+    """``n`` runs as ``start_run`` writes them (run row, checkpoint 0, first
+    message), in one transaction instead of ``n``: a lean test on a busy box."""
+    from sqlalchemy import insert
+
+    from store.rows import checkpoints, messages, runs
+
+    new = _new_run(w, agent, "", tenant)
+    ids = [f"bulk-{i:04d}-{_uid()}" for i in range(n)]
+    at = [new.now + timedelta(microseconds=i) for i in range(n)]  # created in this order
+    store: Any = w.rt.store
+    with store.engine.begin() as c:
+        c.execute(insert(runs), [dict(
+            id=i, tenant=tenant, agent_name=agent, agent_version="1", status="queued",
+            next_lap=1, lap_attempts=0, input="x", limits=new.limits, laps_used=0,
+            input_tokens=0, output_tokens=0, cost_micros=0, retention="full", recoveries=0,
+            created_at=t, updated_at=t, last_checkpoint_at=t, enqueued_at=t, priority=0)
+            for i, t in zip(ids, at, strict=True)])
+        c.execute(insert(checkpoints), [dict(run_id=i, lap=0, schema_version=new.schema_version,
+                                             state=new.checkpoint, created_at=new.now)
+                                        for i in ids])
+        c.execute(insert(messages), [dict(run_id=i, seq=0, lap=0, body=message_body(
+            new.messages[0]), created_at=new.now) for i in ids])
+    return ids
+
+
+def test_a_429_with_retry_after_holds_back_every_agent_on_that_provider_key(
+        fleet: InProcessWorker) -> None:
+    """One lap's 429 pauses its provider key fleet-wide: a run of another
+    agent on the same key waits in Postgres until Retry-After has passed,
+    while an agent on another key goes on."""
+    key, other = f"p{_uid()}", f"p{_uid()}"
+
+    def limited(r: ModelRequest) -> ModelResponse:
+        raise RateLimitedError("429 from the provider", retry_after=0.6)
+
+    hit = _agent(fleet, provider_key=key)
+    fleet.rt.registry.register(Agent(name=f"fs-{_uid()}", model=ScriptedModel(limited),
+                                     provider_key=key))
+    failing = fleet.rt.registry.all()[-1].name
+    elsewhere = _agent(fleet, provider_key=other)
+    fleet.start_run(failing, "x")
+    _step(fleet)  # the 429: the key is paused for 0.6 s
+    held = fleet.start_run(hit, "x").id
+    free = fleet.start_run(elsewhere, "x").id
+    assert fleet.get_run(held).admitted_lap == THROTTLED
+    assert [lap.run_id for lap in fleet.queue.pending] == [free]
+    time.sleep(0.8)
+    fleet.sweep()
+    assert held in {lap.run_id for lap in fleet.queue.pending}

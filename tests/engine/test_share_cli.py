@@ -1,0 +1,71 @@
+"""``agent-worker queues`` and ``share set|clear|list``, their JSON errors
+and exit codes, and the fair-share Prometheus gauges (in-process, SQLite:
+the same store calls the Postgres tests of test_fair_share.py exercise)."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+import agent_worker.api as api
+from agent_worker import Agent, InProcessWorker, ScriptedModel, turn
+from agent_worker.agent import Registry
+from agent_worker.cli import main
+from agent_worker.metrics import registry_for
+
+
+@pytest.fixture
+def aw(tmp_path: Path) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}")
+    w.rt.registry = Registry()
+    api.configure(w)
+    yield w
+    api.configure(None)
+    w.close()
+
+
+def _cli(*argv: str) -> tuple[int, Any, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(list(argv))
+    text = out.getvalue().strip()
+    return code, json.loads(text) if text.startswith("{") else text, err.getvalue()
+
+
+def test_share_commands_queues_and_gauges(aw: InProcessWorker) -> None:
+    agent = f"cli-{uuid.uuid4().hex[:6]}"
+    aw.rt.registry.register(Agent(name=agent, model=ScriptedModel(lambda r: turn("ok")),
+                                  concurrency=5))
+    assert _cli("share", "set", "acme", "--concurrency", "1", "--weight", "2", "--json")[0] == 0
+    first = _cli("submit", agent, "--tenant", "acme", "--priority", "7", "--json")[1]["id"]
+    second = _cli("submit", agent, "--tenant", "acme", "--json")[1]["id"]
+    shown = _cli("runs", "show", first, "--json")[1]
+    assert (shown["priority"], shown["throttled"]) == (7, False)
+    assert _cli("runs", "show", second, "--json")[1]["throttled"] is True
+    assert "throttled" in _cli("runs", "show", second)[1]
+    code, out, _ = _cli("queues", "--json")
+    line = next(q for q in out["queues"] if q["agent"] == agent)
+    assert (line["tenant"], line["tenant_cap"], line["agent_cap"], line["weight"],
+            line["in_flight"], line["queued"], line["throttled"]) == ("acme", 1, 5, 2.0, 1, 2, 1)
+    assert "acme" in _cli("queues")[1] and "acme" in _cli("share", "list")[1]
+    metrics = generate_latest(registry_for(aw.rt.store, aw.rt.settings)).decode()  # type: ignore[arg-type]
+    assert f'agent_worker_share_throttled{{agent="{agent}",tenant="acme"}} 1.0' in metrics
+    # Bad input: one JSON error line, the documented exit codes.
+    for argv, exit_code, error in (
+            (("share", "set", "acme", "--weight", "0"), 2, "invalid_input"),
+            (("share", "set", "acme", "--agent", agent, "--weight", "2"), 2, "invalid_input"),
+            (("share", "clear", "nobody"), 3, "unknown_share_limit"),
+            (("submit", agent, "--priority", "5000"), 2, "invalid_input")):
+        code, _, err = _cli(*argv, "--json")
+        assert code == exit_code and json.loads(err)["error"]["code"] == error, err
+    assert _cli("share", "clear", "acme", "--json")[0] == 0
+    aw.run_until_idle()
+    assert all(q["throttled"] == 0 for q in _cli("queues", "--json")[1]["queues"])
