@@ -44,6 +44,7 @@ def span_processor(export: str) -> SimpleSpanProcessor | BatchSpanProcessor:
         return SimpleSpanProcessor(JsonLinesExporter(export[len("file:"):]))
     if export == "otlp":
         try:
+            # Here, not at the top: the OTLP exporter is the optional [otlp] extra.
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
                 OTLPSpanExporter,
             )
