@@ -286,8 +286,13 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         Raises:
             UnknownRunError: no such run.
         """
-        self._authorize("read", self._visible(run_id))
-        return state_view(self._sql().run_state(ref(run_id)), run_id)
+        found = self._sql().run_state(ref(run_id))
+        if found is not None and not self.principal.sees(found.run.tenant):
+            found = None  # another tenant's run is unknown, as everywhere
+        view = state_view(found, run_id)
+        assert found is not None  # state_view raised otherwise
+        self._authorize("read", found.run)
+        return view
 
     @scoped
     def update_state(self, run_id: str, *, facts: Mapping[str, Any] | None = None,
@@ -309,7 +314,8 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         sql = self._sql()
         edit = state_edit(sql.run_state(ref(run_id)), run_id, self.rt.settings,
                           plan=plan, facts=facts, note=note)
-        with self._recorded("edit_state", run, reason=note,
+        with self._recorded("edit_state", run,
+                            reason=clean_text(note) if isinstance(note, str) else None,
                             changes={"plan": plan is not None, "facts": sorted(facts or {}),
                                      "note": note is not None}):
             return sql.request_state_edit(run_id, edit, by=self._principal(),

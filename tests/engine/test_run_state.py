@@ -20,6 +20,7 @@ from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.state_toolkit import state_tools
 from store.sql import SqlStore
 from store.state import state_edits
+from tests.principals import acting
 
 SEEN: list[ModelRequest] = []
 #: Attempts of the lap that makes progress step N that die after writing the state.
@@ -146,8 +147,9 @@ def test_update_state_racing_a_lap_lands_at_the_next_boundary_once(
     def meddle(r: ModelRequest) -> ModelResponse:
         if r.lap == 2 and not edits:
             # The lap is in flight (claimed, its model step running).
-            edits.append(w.update_state(r.run_id, facts={"priority": "high"},
-                                        plan=["triage", "fix"], note="customer called").id)
+            ops = acting(w, "ops")
+            edits.append(ops.update_state(r.run_id, facts={"priority": "high"},
+                                          plan=["triage", "fix"], note="customer called").id)
         return _script(r)
 
     w.rt.registry.register(Agent(name="meddled", model=ScriptedModel(meddle),
@@ -168,7 +170,7 @@ def test_update_state_racing_a_lap_lands_at_the_next_boundary_once(
     assert [p.title for p in lap3.plan] == ["triage", "fix"]
     notes = [m for m in w.messages(run.id) if "customer called" in m.message.content]
     assert len(notes) == 1 and notes[0].lap == 3 and notes[0].message.role == "user"
-    assert "[Note from operator api]" in notes[0].message.content
+    assert "[Note from operator ops]" in notes[0].message.content
     kinds = [(e.kind, e.lap) for e in w.events(run.id)]
     assert kinds.count(("state_updated", 3)) == 1
     assert ("state_update_requested", None) in kinds

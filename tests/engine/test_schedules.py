@@ -102,7 +102,7 @@ def test_each_fire_time_starts_one_run_whatever_the_passes(env: tuple[InProcessW
     w, clock = env
     name, t0 = _name(), clock.now()
     s = w.schedule(name, "nightly", "* * * * *", {"n": 1}, overlap="allow")
-    assert s.next_fire_at == _minute(t0, 1) and s.created_by == "api"
+    assert s.next_fire_at == _minute(t0, 1) and s.created_by == w.principal.id
     assert fire_due(w.rt) == 0  # not due yet
     clock.advance(60)
     assert fire_due(w.rt) == 1

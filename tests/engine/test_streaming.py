@@ -11,12 +11,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
 from agent_worker.errors import InvalidInputError, UnknownRunError
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.streaming import StreamEvent, follow
+from store.db import make_engine
 
 
 @pytest.fixture
@@ -117,7 +118,7 @@ def test_events_committed_out_of_id_order_are_not_skipped(
         pytest.skip("SQLite admits one writer at a time")
     run = worker.start_run("loop", {"laps": 1}, run_id=f"s-{uuid.uuid4().hex[:8]}")
     cursor = worker.events(run.id)[-1].id
-    engine = create_engine(dialect_url)
+    engine = make_engine(dialect_url)  # the workers' system scope (row-level security)
     insert = text("INSERT INTO events (run_id, lap, kind, data, created_at) "
                   "VALUES (:r, NULL, :k, NULL, now())")
     seen: list[int] = []
