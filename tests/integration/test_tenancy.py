@@ -163,7 +163,7 @@ def test_a_non_member_decision_is_refused_and_recorded(
 def test_a_raw_query_without_a_tenant_sees_no_tenant_row(
         database_url: str, worker: InProcessWorker, acme_run: str) -> None:
     tables = ("runs", "checkpoints", "messages", "effects", "events", "approvals",
-              "signals", "audit_log")
+              "signals", "audit_log", "state_edits", "child_runs", "schedules")
     raw = create_engine(database_url)  # the app role, nothing set: what psql would see
     system = make_engine(database_url)
     try:
