@@ -234,6 +234,8 @@ RULES: list[tuple[str, Check]] = [
      r"|python -m bench\.\w+( .*)?", usage),
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
     (r"agent-worker runs follow RUN .*", usage),
+    (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN|runs list --parent RUN"
+     r"|submit [a-z-]+ .*)", usage),
     (r"(useradd|python3\.11 -m venv|/opt/agent-worker/venv/bin/pip|install|\$EDITOR|cp"
      r"|systemctl|docker compose|kubectl) .*|kubectl kustomize", host),
 ]
