@@ -24,7 +24,7 @@ import pytest
 from agent_worker.api import AgentWorker
 from agent_worker.constants import MAINT_QUEUE
 from tests.store_helpers import delete_run
-from tests.support import Fleet, Proc, wait_for
+from tests.support import Fleet, Proc, logs, wait_for
 
 pytestmark = pytest.mark.integration
 
