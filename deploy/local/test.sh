@@ -1,8 +1,20 @@
 #!/usr/bin/env bash
 # The test suite, on a fresh machine, as root: install, start the local
 # Postgres and Redis, run every test (integration and chaos included).
+#
+# With no arguments (what CI runs): everything but the chaos suite and the slow
+# tests on both cores (pytest-xdist; each xdist worker has its own test
+# database and Redis database), then the chaos suite and the slow tests alone,
+# because they measure recovery times and must not share the machine. With
+# arguments: one plain pytest run with them (`-m "not chaos"`, a file, `-k`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/install.sh
 deploy/local/services.sh start
-exec python -m pytest -q "$@"
+if [ "$#" -gt 0 ]; then
+    exec python -m pytest -q "$@"
+fi
+status=0
+python -m pytest -q -p no:benchmark -n 2 -m "not chaos and not slow" || status=$?
+python -m pytest -q -m "chaos or slow" || status=$?
+exit "$status"
