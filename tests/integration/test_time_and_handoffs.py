@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from agent_worker.agent import register, registry
 from agent_worker.api import AgentWorker
 from agent_worker.constants import MAINT_QUEUE
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.metrics import registry_for
-from store.rows import served_versions
+from store.rows import runs, served_versions
 from store.sql import SqlStore
 from tasks.routing import lap_queue
 from tests.agents import OffsetClock
@@ -127,6 +127,12 @@ def test_sweeps_never_grow_the_queue_of_a_version_nobody_serves(
     queue = lap_queue(UNSERVED.name, UNSERVED.version)
     r = redis.Redis.from_url(broker_url)
     r.delete(queue)
+    # Runs earlier tests left runnable in this session's database are not the
+    # subject: ended here, so the sweeps below could only re-send these 500.
+    assert isinstance(aw.rt.store, SqlStore)
+    with aw.rt.store.engine.begin() as c:
+        c.execute(update(runs).where(runs.c.status.in_(("queued", "running")))
+                  .values(status="cancelled", lease_owner=None, enqueued_at=None))
     before = r.info("memory")["used_memory"]
     for _ in range(500):
         aw.start_run(UNSERVED)
