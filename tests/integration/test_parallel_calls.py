@@ -35,7 +35,9 @@ def test_five_parallel_refunds_with_a_kill_mid_way_land_once_in_the_models_order
         done = aw.wait(run.id, timeout=120)
         assert done.status == "succeeded", done.error_detail
         assert fired(fleet, "after_outcome@refund_many") == 1, "the kill never happened"
-        assert done.recoveries >= 1
+        # Not ``done.recoveries``: the redelivered lap may take the dead
+        # worker's expired lease itself before the sweeper counts a recovery.
+        # The replay is shown below: each call that had not landed was sent twice.
 
         keys = [effect_key(run.id, 1, i) for i in range(5)]
         # Every effect applied exactly once at the vendor.
