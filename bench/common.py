@@ -23,6 +23,7 @@ from typing import IO, Any, Protocol
 
 import psycopg
 
+from agent_worker.settings import Settings
 from tests.support import Proc as Proc
 from tests.support import lock_redis_db
 from tests.support import wait_for as wait_for
@@ -223,3 +224,17 @@ def interleaved_runs(systems: list[System], sizes: Iterable[int], repeats: int, 
                 f"{summary(rows[s.name])['median'] / n:,.0f} B/lap (rows), "
                 f"{disk / n:,.0f} B/lap (disk)")
     return out
+
+
+def settings_from(env: Mapping[str, str]) -> Settings:
+    """The settings a worker started with ``env`` reads, built in this process
+    without leaving ``env`` in its environment (the benchmark's own client must
+    see the same configuration as its fleet)."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        return Settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+

@@ -36,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import RedisDb, create_database, drop_database, sa_url
+from bench.common import RedisDb, create_database, drop_database, sa_url, settings_from
 from tests.support import ROOT, TEST_AGENTS, Fleet, wait_for
 
 
@@ -131,7 +131,6 @@ def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path
     from agent_worker.agent import registry
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
-    from agent_worker.settings import Settings
     from store.migrate import upgrade
     from store.sql import SqlStore
     from tasks import app
@@ -145,13 +144,7 @@ def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path
         env.update(PYTHONPATH=str(ROOT), AGENT_WORKER_DATABASE_URL=url,
                    AGENT_WORKER_BROKER_URL=rdb.url, AGENT_WORKER_AGENT_MODULES=TEST_AGENTS,
                    AGENT_WORKER_MAX_LAPS_IN_FLIGHT=str(fleet_cap))
-        saved = dict(os.environ)
-        os.environ.update(env)
-        try:
-            settings = Settings()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        settings = settings_from(env)
         registry.import_modules(TEST_AGENTS.split(","))
         app.conf["broker_url"] = rdb.url
         store = SqlStore(url)

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from bench.common import settings_from
 from bench.lost_laps import SCENARIOS as LOST_MESSAGE
 from bench.lost_laps import Bench, Sample
 from tests.support import ROOT, TEST_AGENTS, Fleet, Proc, wait_for
@@ -173,7 +174,6 @@ def measure(database_url: str, broker_url: str, *, scenario: str, kills: int,
     """Run ``kills`` faults of ``scenario`` on a fresh fleet; returns the figures."""
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
-    from agent_worker.settings import Settings
     from store.sql import SqlStore
     from tasks import app
     from tasks.dispatch import CeleryDispatcher
@@ -183,13 +183,7 @@ def measure(database_url: str, broker_url: str, *, scenario: str, kills: int,
     env = dict(os.environ)
     env.update(PYTHONPATH=str(ROOT), AGENT_WORKER_DATABASE_URL=database_url,
                AGENT_WORKER_BROKER_URL=broker_url, AGENT_WORKER_AGENT_MODULES=TEST_AGENTS)
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        settings = Settings()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    settings = settings_from(env)
     from agent_worker.agent import registry
 
     registry.import_modules(TEST_AGENTS.split(","))
