@@ -381,9 +381,11 @@ if _ROLLING in ("", "2"):
 
 
 def _planner(r: ModelRequest) -> ModelResponse:
-    """Lap 1 sets a plan of ``laps - 1`` steps and pins a fact; lap k marks step
-    k - 1 done and pins another fact (through a slow read step so a lap is in
-    flight long enough for an operator to race it); the last lap answers."""
+    """Lap 1 sets a plan of ``laps - 2`` steps and pins a fact; lap k marks step
+    k - 1 done, pins another fact and appends k to the ``trail`` fact (through
+    a slow read step, on every lap or only on ``slow_laps``, so a lap is in
+    flight long enough for an operator to race it or a test to kill it); the
+    last lap answers."""
     if r.lap == 1:
         p = params(r)
         laps = int(p.get("laps", 10))
@@ -397,10 +399,14 @@ def _planner(r: ModelRequest) -> ModelResponse:
     laps = int(p.get("laps", 10))
     if r.lap >= laps:
         return turn(json.dumps({"laps": r.lap}))
+    # ``trail`` grows by this lap's number on top of the state the lap started
+    # from: a lost lap leaves a gap in it, a lap applied twice a repeat.
+    slow = r.lap in p.get("slow_laps", [r.lap])
     return turn(f"lap {r.lap}", [
         ("mark_step", {"step": r.lap - 1}),
         ("pin_fact", {"key": f"lap_{r.lap}", "value": r.lap}),
-        ("step", {"n": r.lap, "pause": float(p.get("pause", 0))})])
+        ("pin_fact", {"key": "trail", "value": [*facts.get("trail", []), r.lap]}),
+        ("step", {"n": r.lap, "pause": float(p.get("pause", 0)) if slow else 0.0})])
 
 
 def _register_planner() -> None:

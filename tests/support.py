@@ -109,6 +109,15 @@ class Proc:
         return [int(p) for p in out.stdout.split() if int(p) != self.pid]
 
 
+def lease_holder(owner: str | None, procs: Iterable[Proc]) -> Proc | None:
+    """The live worker among ``procs`` one of whose pool children holds a lease
+    owned by ``owner`` (owners look like ``host:pid:nonce``), if any."""
+    if not owner:
+        return None
+    pid = int(owner.split(":")[1])
+    return next((p for p in procs if p.alive() and pid in p.children()), None)
+
+
 class Fleet:
     """Workers and a beat for one test; everything is killed at teardown."""
 
