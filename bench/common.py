@@ -9,6 +9,9 @@ Storage is measured the same way for every system:
 * ``disk_bytes``: the growth of ``pg_total_relation_size`` (heap, TOAST and
   indexes) of the system's tables over a batch of runs, divided by the runs.
   What the disk pays; page-granular, so coarse for small batches.
+* ``wal_bytes``: the advance of the server's WAL insert position over one run.
+  The server is shared, so other sessions' writes can only add to it: the
+  minimum over the repeats is the closest to the system's own.
 """
 
 from __future__ import annotations
@@ -125,6 +128,12 @@ def disk_bytes(url: str, tables: Iterable[str]) -> int:
         return total
 
 
+def wal_position(conn: psycopg.Connection[Any]) -> int:
+    """The server's WAL insert position, in bytes."""
+    row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
+
+
 def row_bytes(url: str, owners: Mapping[str, str], key: str) -> dict[str, int]:
     """Stored bytes of the rows whose ``owners[table]`` column equals ``key``,
     per table (row datum as stored plus a 4-byte line pointer)."""
@@ -193,9 +202,11 @@ def interleaved_runs(systems: list[System], sizes: Iterable[int], repeats: int, 
 
     live = list(systems)
     out: dict[str, dict[str, Any]] = {s.name: {} for s in systems}
+    wal_conn = psycopg.connect(libpq_url(PG_ADMIN), autocommit=True)
     for n in sizes:
         before = {s.name: disk_bytes(s.url, s.owners) for s in live}
         per_lap: dict[str, list[float]] = {s.name: [] for s in live}
+        wal: dict[str, list[float]] = {s.name: [] for s in live}
         rows: dict[str, list[int]] = {s.name: [] for s in live}
         tables: dict[str, dict[str, int]] = {}
         for r in range(repeats):
@@ -203,7 +214,9 @@ def interleaved_runs(systems: list[System], sizes: Iterable[int], repeats: int, 
             for s in live[turn:] + live[:turn]:
                 rid = run_id(prefix, n, r)
                 try:
+                    lsn = wal_position(wal_conn)
                     per_lap[s.name].append(s.run(rid, n) / n * 1e3)
+                    wal[s.name].append((wal_position(wal_conn) - lsn) / n)
                 except Exception as e:
                     errors[s.name] = f"run {rid}: {e!r}"
                     log(f"{s.name} FAILED on {rid}: {e!r}")
@@ -215,6 +228,9 @@ def interleaved_runs(systems: list[System], sizes: Iterable[int], repeats: int, 
             disk = (disk_bytes(s.url, s.owners) - before[s.name]) / repeats
             out[s.name][str(n)] = {
                 "ms_per_lap": summary(per_lap[s.name]),
+                # Repeat by repeat (the systems took turns), for paired ratios.
+                "ms_per_lap_samples": per_lap[s.name],
+                "wal_bytes_per_lap": summary(wal[s.name]),
                 "row_bytes_per_run": summary(rows[s.name]),
                 "row_bytes_per_lap": summary(b / n for b in rows[s.name]),
                 "disk_bytes_per_run": disk, "disk_bytes_per_lap": disk / n,
@@ -222,7 +238,9 @@ def interleaved_runs(systems: list[System], sizes: Iterable[int], repeats: int, 
             }
             log(f"{s.name} N={n}: {summary(per_lap[s.name])['median']:.2f} ms/lap, "
                 f"{summary(rows[s.name])['median'] / n:,.0f} B/lap (rows), "
-                f"{disk / n:,.0f} B/lap (disk)")
+                f"{disk / n:,.0f} B/lap (disk), "
+                f"{summary(wal[s.name])['min']:,.0f} B/lap (WAL, min)")
+    wal_conn.close()
     return out
 
 

@@ -45,7 +45,7 @@ from bench.common import (
 from bench.workload import QUICK_SIZES, SIZES
 
 PHASES = ("floor", "overhead", "load", "throughput", "recovery", "profile")
-SYSTEMS = ("ours", "celery", "langgraph", "langgraph-delta", "bare-insert")
+SYSTEMS = ("ours", "celery", "langgraph", "langgraph-delta", "dbos", "bare-insert")
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def meta(cfg: Config) -> dict[str, Any]:
         "packages": {p: ver(p) for p in (
             "agent-worker", "sqlalchemy", "psycopg", "celery", "kombu", "redis", "pydantic",
             "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres",
-            "langchain-core", "pyinstrument")},
+            "langchain-core", "dbos", "pyinstrument")},
         "loadavg_start": os.getloadavg(), "config": asdict(cfg),
     }
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"meta": meta(cfg), "errors": {}}
     tag = f"bench_{os.getpid()}"
     names = {k: f"{tag}_{k}" for k in ("ours", "celery", "langgraph", "langgraph_delta", "tp",
-                                       "floor")}
+                                       "floor", "dbos")}
     urls = {k: create_database(v) for k, v in names.items()}
     logdir = RESULTS / "logs"
     # The in-process runner and the API read settings from the environment.
@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         if name not in cfg.phases:
             return None
         log(f"--- {key}")
+        # The machine is shared: each phase's figures are read with the load
+        # they were measured under.
+        results.setdefault("loadavg_start", {})[key] = os.getloadavg()
         t0 = time.monotonic()
         try:
             results[key] = fn()
@@ -229,9 +232,10 @@ def _merge(new: dict[str, Any]) -> dict[str, Any]:
         return new
     if old["meta"]["config"]["sizes"] != new["meta"]["config"]["sizes"]:
         return new
-    measured = [k for k in new if k not in ("meta", "errors", "seconds", "loadavg")]
+    measured = [k for k in new if k not in ("meta", "errors", "seconds", "loadavg",
+                                            "loadavg_start")]
     old.update({k: new[k] for k in measured})
-    for section in ("seconds", "loadavg"):
+    for section in ("seconds", "loadavg", "loadavg_start"):
         old.setdefault(section, {}).update(new.get(section, {}))
     old["errors"] = {k: v for k, v in old.get("errors", {}).items() if k not in measured}
     old["errors"].update(new["errors"])
@@ -291,6 +295,13 @@ def _systems(cfg: Config, urls: dict[str, str], rdb: RedisDb, logdir: Path, lg: 
     if lg is not None:
         makers["langgraph"] = lambda: lg.Graph(urls["langgraph"], "langgraph")
         makers["langgraph-delta"] = lambda: lg.Graph(urls["langgraph_delta"], "langgraph-delta")
+    if "dbos" in cfg.systems:
+        try:  # the optional [bench] extra; imported only when DBOS is measured
+            from bench import dbos_bench
+        except ImportError as e:
+            errors["dbos"] = f"not installed (pip install -e '.[bench]'): {e!r}"
+        else:
+            makers["dbos"] = lambda: dbos_bench.Workflow(urls["dbos"])
     built: list[System] = []
     for name in cfg.systems:
         if name not in makers:
@@ -311,7 +322,7 @@ def _load_phases(cfg: Config, urls: dict[str, str], lg: Any, phase: Callable[...
     for name in cfg.systems:
         key = name.replace("-", "_")
         runs = results.get(key)
-        if name in ("celery", "bare-insert") or not runs:
+        if name in ("celery", "bare-insert", "dbos") or not runs:
             continue
         ids = {n: runs[str(n)]["run_id"] for n in cfg.sizes if str(n) in runs}
         if name == "ours":
