@@ -288,6 +288,11 @@ def _goals(r: dict[str, Any]) -> list[str]:
     if t1 and t2:
         add("laps/s scale near-linearly from 1 to 2 processes", "≥ 1.8x", f"{t2 / t1:.2f}x",
             t2 / t1 >= 1.8)
+        lg = dig(r, "throughput", "langgraph")
+        g1, g2 = med(lg, 1, "laps_per_s"), med(lg, 2, "laps_per_s")
+        if g1 and g2:
+            add("scaling from 1 to 2 processes at least LangGraph's (same run)",
+                f"≥ {g2 / g1:.2f}x", f"{t2 / t1:.2f}x", t2 / t1 >= g2 / g1)
     l_lo, l_hi = med(r.get("ours_load"), lo, "claim_ms"), med(r.get("ours_load"), hi, "claim_ms")
     if l_lo and l_hi:
         add(f"resuming lap {hi} within 2x of lap {lo} (claim)", "≤ 2x",
