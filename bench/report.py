@@ -343,7 +343,10 @@ def _plot(r: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="center right" if ax is ax_b else "upper left")
-    fig.suptitle(f"agent-worker vs LangGraph PostgresSaver — {r['meta']['date']}"
+    start, end = dig(r, "loadavg_start", "overhead"), dig(r, "loadavg", "overhead")
+    load = f", load {start[0]:.1f}→{end[0]:.1f} on {r['meta']['machine'].get('cores')} cores" \
+        if start and end else ""
+    fig.suptitle(f"agent-worker and its peers — {r['meta']['date']}{load}"
                  f"{' (quick run)' if r['meta']['config'].get('quick') else ''}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
