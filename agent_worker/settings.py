@@ -25,6 +25,13 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the store (Postgres in production; sqlite:///file.db "
         "for the in-process mode).",
     )
+    system_database_url: str = Field(
+        "",
+        description="SQLAlchemy URL the workers, sweeper and heartbeat connect with (they act "
+        "for every tenant): a Postgres role with BYPASSRLS, a member of the app role, so laps "
+        "pay no row-level-security policy. Never used for a principal's call. Empty: "
+        "database_url, with the policies in the system scope.",
+    )
     broker_url: str = Field(
         "redis://127.0.0.1:63799/0",
         description="Celery broker URL (Redis). Carries lap messages only; Postgres is the truth.",

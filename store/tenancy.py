@@ -18,6 +18,15 @@ Two ways it is set, so the lap path pays nothing for it:
   begins first runs ``set_config('agent_worker.tenant', tenant, true)``
   (transaction-local), so a query that forgot its tenant filter still sees only
   that tenant's rows. The API filters explicitly as well (SQLite has no RLS).
+
+The policies still cost every statement of a lap their evaluation (a few
+percent, BENCHMARKS.md). So workers, the sweeper and the heartbeat may connect
+as a **system role** instead (``AGENT_WORKER_SYSTEM_DATABASE_URL``: a role with
+``BYPASSRLS``, a member of the app role; ``deploy/local/services.sh`` creates
+it), for which Postgres plans no policy at all. An engine built for it is
+marked (``make_engine(..., system=True)``) and refuses any transaction begun
+inside ``scope(tenant)``: a principal's verb that reached the system role's
+connection would see every tenant, so it fails instead of leaking.
 """
 
 from __future__ import annotations
@@ -26,8 +35,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+from weakref import WeakSet
 
 from sqlalchemy import Connection, Engine, event, text
+
+from agent_worker.errors import ConfigurationError
 
 #: The setting the policies read, and its value for "every tenant".
 SETTING = "agent_worker.tenant"
@@ -35,6 +47,8 @@ SYSTEM = "*"
 
 _current: ContextVar[str | None] = ContextVar("agent_worker_tenant_scope", default=None)
 _NARROW = text(f"SELECT set_config('{SETTING}', :tenant, true)")
+#: Engines connected as the system role (row-level security bypassed).
+_system_engines: WeakSet[Engine] = WeakSet()
 
 
 @contextmanager
@@ -59,12 +73,29 @@ def system_connect_args(connect_args: dict[str, Any]) -> dict[str, Any]:
     return {**connect_args, "options": f"{options} -c {SETTING}={SYSTEM}".strip()}
 
 
-def install(engine: Engine) -> None:
-    """Narrow each transaction of ``engine`` begun inside ``scope(tenant)``."""
+def is_system(engine: Engine) -> bool:
+    """Whether ``engine`` was built for the system role (``install(system=True)``)."""
+    return engine in _system_engines
+
+
+def install(engine: Engine, *, system: bool = False) -> None:
+    """Narrow each transaction of ``engine`` begun inside ``scope(tenant)``;
+    with ``system`` (the engine connects as the system role, which bypasses
+    row-level security), refuse such a transaction instead.
+
+    Raises (from the transaction's begin):
+        ConfigurationError: a tenant-scoped transaction on a system engine.
+    """
+    if system:
+        _system_engines.add(engine)
 
     @event.listens_for(engine, "begin")
     def _narrow(conn: Connection) -> None:
         tenant = _current.get()
+        if tenant is not None and system:
+            raise ConfigurationError(
+                "the system database role bypasses row-level security and serves "
+                "workers only; a principal's call must use AGENT_WORKER_DATABASE_URL")
         # Autocommit (the lap's hot path): a transaction-local setting would
         # end with this very statement, so it would only cost a round trip.
         if tenant is not None and \
@@ -72,4 +103,5 @@ def install(engine: Engine) -> None:
             conn.execute(_NARROW, {"tenant": tenant})
 
 
-__all__ = ["SETTING", "SYSTEM", "current", "install", "scope", "system_connect_args"]
+__all__ = ["SETTING", "SYSTEM", "current", "install", "is_system", "scope",
+           "system_connect_args"]
