@@ -29,19 +29,17 @@ TOKENS = {token_digest("acme-t0ken"): ACME, token_digest("globex-t0ken"): GLOBEX
 
 
 @pytest.fixture(scope="module")
-def worker(database_url: str) -> Iterator[InProcessWorker]:
+def site(database_url: str) -> Iterator[tuple[InProcessWorker, str]]:
+    """An in-process worker on the session's Postgres, and a finished acme run
+    (its stream ends at once)."""
     w = InProcessWorker(database_url)
-    yield w
-    w.close()
-
-
-@pytest.fixture(scope="module")
-def acme_run(worker: InProcessWorker) -> str:
-    """A finished acme run (its stream ends at once)."""
-    run = worker.acting_as(ACME).start_run("loop", {"laps": 1},
-                                           run_id=f"web-{uuid.uuid4().hex[:8]}")
-    worker.run_until_idle()
-    return run.id
+    try:
+        run = w.acting_as(ACME).start_run("loop", {"laps": 1},
+                                          run_id=f"web-{uuid.uuid4().hex[:8]}")
+        w.run_until_idle()
+        yield w, run.id
+    finally:
+        w.close()
 
 
 def http(worker: InProcessWorker, proxy: ProxyHeaders | None = None) -> TestClient:
@@ -53,7 +51,8 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def test_a_token_acts_as_its_principal_and_another_tenants_run_is_a_404(
-        worker: InProcessWorker, acme_run: str) -> None:
+        site: tuple[InProcessWorker, str]) -> None:
+    worker, acme_run = site
     client = http(worker)
     mine = client.get(f"/runs/{acme_run}/events", headers=bearer("acme-t0ken"))
     assert mine.status_code == 200 and "event: end" in mine.text
@@ -70,14 +69,15 @@ def test_a_token_acts_as_its_principal_and_another_tenants_run_is_a_404(
     {"X-Forwarded-User": "acme:dash", "X-Forwarded-Tenant": "acme"},
 ], ids=["none", "unknown", "empty", "basic", "unconfigured-proxy"])
 def test_without_accepted_credentials_it_is_a_401(
-        worker: InProcessWorker, acme_run: str, headers: dict[str, str]) -> None:
+        site: tuple[InProcessWorker, str], headers: dict[str, str]) -> None:
+    worker, acme_run = site
     r = http(worker).get(f"/runs/{acme_run}/events", headers=headers)
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
     assert r.json()["error"]["code"] == "unauthenticated"
 
 
-def test_a_configured_proxy_names_the_principal(
-        worker: InProcessWorker, acme_run: str) -> None:
+def test_a_configured_proxy_names_the_principal(site: tuple[InProcessWorker, str]) -> None:
+    worker, acme_run = site
     client = http(worker, ProxyHeaders("X-Forwarded-User"))
     url = f"/runs/{acme_run}/events"
 
