@@ -47,6 +47,9 @@ SYSTEM = "*"
 
 _current: ContextVar[str | None] = ContextVar("agent_worker_tenant_scope", default=None)
 _NARROW = text(f"SELECT set_config('{SETTING}', :tenant, true)")
+#: Whether the connection's role skips every policy (``connection.info`` key).
+_BYPASS_KEY = "agent_worker_bypasses_rls"
+_BYPASSES = "SELECT rolbypassrls OR rolsuper FROM pg_roles WHERE rolname = current_user"
 #: Engines connected as the system role (row-level security bypassed).
 _system_engines: WeakSet[Engine] = WeakSet()
 
@@ -83,19 +86,35 @@ def install(engine: Engine, *, system: bool = False) -> None:
     with ``system`` (the engine connects as the system role, which bypasses
     row-level security), refuse such a transaction instead.
 
+    Each new connection also asks whether its role bypasses row-level
+    security (``BYPASSRLS`` or superuser): then the policies could not narrow
+    anything, so a tenant-scoped transaction is refused on it too, whichever
+    URL led there (``AGENT_WORKER_DATABASE_URL`` pointed at the system role).
+
     Raises (from the transaction's begin):
-        ConfigurationError: a tenant-scoped transaction on a system engine.
+        ConfigurationError: a tenant-scoped transaction on a system engine or
+            a connection whose role bypasses row-level security.
     """
     if system:
         _system_engines.add(engine)
 
+    @event.listens_for(engine, "connect")
+    def _role(dbapi_conn: Any, record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute(_BYPASSES)
+        record.info[_BYPASS_KEY] = bool(cur.fetchone()[0])
+        cur.close()
+        if not dbapi_conn.autocommit:  # leave no transaction open on a fresh connection
+            dbapi_conn.rollback()
+
     @event.listens_for(engine, "begin")
     def _narrow(conn: Connection) -> None:
         tenant = _current.get()
-        if tenant is not None and system:
+        if tenant is not None and (system or conn.info.get(_BYPASS_KEY)):
             raise ConfigurationError(
-                "the system database role bypasses row-level security and serves "
-                "workers only; a principal's call must use AGENT_WORKER_DATABASE_URL")
+                "this database role bypasses row-level security (the system role, or a "
+                "superuser) and serves workers only; a principal's call must connect "
+                "through AGENT_WORKER_DATABASE_URL as the app role")
         # Autocommit (the lap's hot path): a transaction-local setting would
         # end with this very statement, so it would only cost a round trip.
         if tenant is not None and \

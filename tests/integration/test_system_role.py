@@ -25,6 +25,7 @@ from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
 from store import tenancy
 from store.db import make_engine
+from store.sql import SqlStore
 from tasks.runtime import WorkerRuntime, system_store
 from tests.conftest import _unavailable
 
@@ -99,13 +100,22 @@ def test_the_system_role_never_serves_a_principal(
     try:
         # A principal's verb that reached the system role's connection fails
         # instead of seeing every tenant; the fleet's own (unscoped) work runs.
-        with pytest.raises(ConfigurationError, match="system database role"):
+        with pytest.raises(ConfigurationError, match="bypasses row-level security"):
             aw.acting_as(ALICE).get_run(acme_run)
         with pytest.raises(ConfigurationError), tenancy.scope("acme"):
             store.list_runs(limit=10)
         assert aw.acting_as(ROOT).get_run(acme_run).tenant == "acme"
     finally:
         aw.rt.close()
+    # Even when the system role is given as the app's URL by mistake: the
+    # connection knows its role bypasses the policies.
+    misconfigured = SqlStore(system_url)
+    try:
+        assert not tenancy.is_system(misconfigured.engine)
+        with pytest.raises(ConfigurationError, match="bypasses"), tenancy.scope("acme"):
+            misconfigured.list_runs(limit=10)
+    finally:
+        misconfigured.dispose()
     # Configured from the environment: the API as the app role, workers as the system role.
     monkeypatch.setenv("AGENT_WORKER_DATABASE_URL", database_url)
     monkeypatch.setenv("AGENT_WORKER_SYSTEM_DATABASE_URL", system_url)
