@@ -25,7 +25,8 @@ as a **system role** instead (``AGENT_WORKER_SYSTEM_DATABASE_URL``: a role with
 ``BYPASSRLS``, a member of the app role; ``deploy/local/services.sh`` creates
 it), for which Postgres plans no policy at all. An engine built for it is
 marked (``make_engine(..., system=True)``) and refuses any transaction begun
-inside ``scope(tenant)``: a principal's verb that reached the system role's
+inside ``scope(tenant)``, as does any connection whose role turns out to
+bypass the policies (``install``): a principal's verb that reached such a
 connection would see every tenant, so it fails instead of leaking.
 """
 
