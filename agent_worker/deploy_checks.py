@@ -64,6 +64,9 @@ def check_deploy_secrets(settings: Settings, environ: Mapping[str, str]) -> None
     """Every password this process was configured with, refused if a placeholder."""
     check_password(url_password(settings.database_url), "AGENT_WORKER_DATABASE_URL")
     check_password(url_password(settings.broker_url), "AGENT_WORKER_BROKER_URL")
+    if settings.system_database_url:
+        check_password(url_password(settings.system_database_url),
+                       "AGENT_WORKER_SYSTEM_DATABASE_URL")
     if "FLOWER_BASIC_AUTH" in environ:
         check_basic_auth(environ["FLOWER_BASIC_AUTH"])
 

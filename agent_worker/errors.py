@@ -95,6 +95,14 @@ class PermissionDeniedError(AgentWorkerError):
     code = "permission_denied"
 
 
+class AuthenticationError(AgentWorkerError):
+    """Raised when a web request carries no credentials we accept (no bearer
+    token, an unknown one, or no trusted proxy's headers): HTTP 401. Unlike
+    ``PermissionDeniedError`` nobody is known, so nothing is audited."""
+
+    code = "unauthenticated"
+
+
 class InvalidStateError(AgentWorkerError):
     """Raised when an operation does not fit the run's current status."""
 

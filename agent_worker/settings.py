@@ -25,6 +25,13 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL of the store (Postgres in production; sqlite:///file.db "
         "for the in-process mode).",
     )
+    system_database_url: str = Field(
+        "",
+        description="SQLAlchemy URL the workers, sweeper and heartbeat connect with (they act "
+        "for every tenant): a Postgres role with BYPASSRLS, a member of the app role, so laps "
+        "pay no row-level-security policy. Never used for a principal's call. Empty: "
+        "database_url, with the policies in the system scope.",
+    )
     broker_url: str = Field(
         "redis://127.0.0.1:63799/0",
         description="Celery broker URL (Redis). Carries lap messages only; Postgres is the truth.",
@@ -139,6 +146,28 @@ class Settings(BaseSettings):
         DEFAULT_GRANTS,
         description="JSON mapping of role to the actions it allows (read, start, signal, "
         "cancel, approve, reject, retry, fork, resolve, raise_budget, edit_state, audit).",
+    )
+    web_tokens: str = Field(
+        "",
+        description="Bearer tokens of the web endpoints (server-sent events, console), as JSON "
+        "mapping each token's SHA-256 hex digest (never the token) to its principal: "
+        '{"<sha256>": {"id": "acme:ci", "tenant": "acme", "roles": ["submitter"]}}.',
+    )
+    web_proxy_user_header: str = Field(
+        "",
+        description="Request header in which a trusted reverse proxy names the user it "
+        "authenticated (e.g. X-Forwarded-User); empty: no proxy is trusted. Set it only when "
+        "every request comes through that proxy and it overwrites the client's copies.",
+    )
+    web_proxy_tenant_header: str = Field(
+        "X-Forwarded-Tenant",
+        description="With web_proxy_user_header: the header naming that user's tenant "
+        "(required on every request).",
+    )
+    web_proxy_roles_header: str = Field(
+        "X-Forwarded-Roles",
+        description="With web_proxy_user_header: the header listing that user's roles and "
+        "groups, comma-separated.",
     )
     max_labels: int = Field(
         16, ge=1, le=64, description="Most labels one run may carry (`start_run(labels=...)`)."

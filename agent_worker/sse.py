@@ -17,10 +17,11 @@ which keeps proxies from closing the connection and lets the server notice a
 client that left.
 
 Serve it with any ASGI server, e.g. ``uvicorn --factory
-agent_worker.sse:app_from_settings``. It checks no credentials (principals
-are issue 16's): bind it to loopback or put it behind the proxy that
-authenticates. Each open stream holds one Postgres connection (its ``LISTEN``)
-and, while it waits, one thread of the server's pool.
+agent_worker.sse:app_from_settings``. Every request authenticates
+(``agent_worker.webauth``: a bearer token or a trusted proxy's headers; else
+401) and the stream acts as that principal, so a run of another tenant is a
+404 like a run nobody has. Each open stream holds one Postgres connection (its
+``LISTEN``) and, while it waits, one thread of the server's pool.
 """
 
 from __future__ import annotations
@@ -34,23 +35,39 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent_worker.api import AgentWorker, client
-from agent_worker.errors import AgentWorkerError, NotFoundError
+from agent_worker.errors import (
+    AgentWorkerError,
+    AuthenticationError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from agent_worker.settings import get_settings
 from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent, check_after, follow
+from agent_worker.webauth import WebAuth, unauthorized
 
 
-def create_app(worker: AgentWorker | None = None, *,
+def create_app(worker: AgentWorker | None = None, *, auth: WebAuth | None = None,
                poll_seconds: float = DEFAULT_POLL_SECONDS * 15) -> Starlette:
-    """The SSE app over ``worker`` (default: the configured ``client()``)."""
+    """The SSE app over ``worker`` (default: the configured ``client()``),
+    acting for each request as the principal ``auth`` resolves (default: from
+    ``AGENT_WORKER_WEB_*``; with none configured, every request is a 401)."""
+    gate = auth or WebAuth.from_settings(get_settings())
 
     async def events(request: Request) -> Response:
-        aw = worker or client()
+        try:
+            aw = (worker or client()).acting_as(gate.principal(request.headers))
+        except AuthenticationError as e:
+            return unauthorized(e)
+        except AgentWorkerError as e:  # a principal id past max_principal_chars
+            return unauthorized(AuthenticationError(str(e)))
         run_id = request.path_params["run_id"]
         raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
         try:
             after = check_after(raw)
             aw.get_run(run_id)
         except AgentWorkerError as e:
-            status = 404 if isinstance(e, NotFoundError) else 400
+            status = 404 if isinstance(e, NotFoundError) else \
+                403 if isinstance(e, PermissionDeniedError) else 400
             return JSONResponse({"error": {"code": e.code, "message": str(e)}}, status_code=status)
         return StreamingResponse(
             _frames(follow(aw, run_id, after=after, poll_seconds=poll_seconds,

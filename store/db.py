@@ -16,8 +16,10 @@ from store import tenancy
 compact_json = partial(json.dumps, separators=(",", ":"))
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine tuned for short lap transactions.
+def make_engine(url: str, *, system: bool = False, **kwargs: Any) -> Engine:
+    """An engine tuned for short lap transactions; ``system``: ``url`` names
+    the system role, and the engine refuses tenant-scoped transactions
+    (``store.tenancy``).
 
     SQLite gets WAL and a busy timeout so the in-process
     mode tolerates a second reader. ``hide_parameters``: a failed statement's
@@ -49,5 +51,5 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     # as a disconnect, SQLAlchemy invalidates the pool, and store.retry reruns
     # the whole transaction on a fresh connection.
     engine = create_engine(url, **kwargs)
-    tenancy.install(engine)
+    tenancy.install(engine, system=system)
     return engine

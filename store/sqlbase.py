@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from store import audit
+from store import audit, tenancy
 from store.db import make_engine
 from store.dbtime import read_now
 from store.retry import with_retry
@@ -63,6 +63,7 @@ class SqlBase:
         if self._relaxed is None:
             self._relaxed = make_engine(
                 self.engine.url.render_as_string(hide_password=False), pool_size=2,
+                system=tenancy.is_system(self.engine),
                 connect_args={"options": "-c synchronous_commit=off"})
         return self._relaxed
 

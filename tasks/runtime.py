@@ -6,9 +6,22 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 from agent_worker.clock import DatabaseClock
 from agent_worker.runtime import Runtime
-from agent_worker.settings import get_settings
+from agent_worker.settings import Settings, get_settings
+from store.db import make_engine
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
+
+
+def system_store(settings: Settings) -> SqlStore:
+    """The store of our own processes (laps, sweeps, heartbeats), which act for
+    every tenant: connected as the system role when one is configured (no
+    row-level-security policy on the lap's statements, and a tenant-scoped
+    transaction refused, ``store.tenancy``), else as the app role in the system
+    scope. Principals' calls never come here: ``agent_worker.api`` builds its
+    store from ``database_url``."""
+    if not settings.system_database_url:
+        return SqlStore(settings.database_url)
+    return SqlStore(make_engine(settings.system_database_url, system=True))
 
 
 class WorkerRuntime:
@@ -22,7 +35,7 @@ class WorkerRuntime:
     def get(self) -> Runtime:
         if self._runtime is None:
             s = get_settings()
-            store = SqlStore(s.database_url)
+            store = system_store(s)
             # Workers on many hosts agree on time only through the database's clock.
             self._runtime = Runtime(store=store, dispatcher=CeleryDispatcher(), settings=s,
                                     clock=DatabaseClock(store.current_time))

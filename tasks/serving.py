@@ -18,8 +18,8 @@ from celery.signals import worker_ready, worker_shutdown
 
 from agent_worker.constants import SERVED_HEARTBEAT_SECONDS
 from agent_worker.settings import get_settings
-from store.sql import SqlStore
 from tasks.routing import lap_queue, served_pairs
+from tasks.runtime import system_store
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()
@@ -27,7 +27,7 @@ _threads: list[threading.Thread] = []
 
 
 def _beat(worker: str, versions: list[tuple[str, str]]) -> None:
-    store = SqlStore(get_settings().database_url)
+    store = system_store(get_settings())
     try:
         while True:
             try:

@@ -10,7 +10,10 @@
 # Postgres: scram-sha-256 over TCP (no trust), role agent_worker owns database
 # agent_worker and may CREATE DATABASE (tests) but is not a superuser; its
 # generated password is in .data/pg-password and the libpq passfile
-# ($PGPASSFILE, else ~/.pgpass), so URLs need no password. A data folder of an
+# ($PGPASSFILE, else ~/.pgpass), so URLs need no password. Role
+# agent_worker_system (BYPASSRLS, a member of agent_worker; password in
+# .data/pg-system-password and the passfile) is for the workers, sweeper and
+# beat (AGENT_WORKER_SYSTEM_DATABASE_URL). A data folder of an
 # older version of this script (trust, superuser) is migrated at start.
 # Ports: Postgres 54329, Redis 63799 (the defaults of AGENT_WORKER_DATABASE_URL
 # and AGENT_WORKER_BROKER_URL), so they never clash with a system install.
@@ -114,6 +117,15 @@ secure_pg() {
   fi
   chmod 600 "$data/pg-password"
   pw="$(cat "$data/pg-password")"
+  # The system role (AGENT_WORKER_SYSTEM_DATABASE_URL): workers, the sweeper
+  # and beat act for every tenant, so they skip the row-level policies
+  # (BYPASSRLS) that bind every API caller; a member of agent_worker, so it
+  # has the app role's privileges and nothing more. Its own password file.
+  if [ ! -s "$data/pg-system-password" ]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$data/pg-system-password")
+  fi
+  chmod 600 "$data/pg-system-password"
+  syspw="$(cat "$data/pg-system-password")"
   # On stdin, never in argv: the password stays out of the process list.
   as_pg "$pgbin/psql" -h /tmp -p "$pg_port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1 \
     >/dev/null <<SQL
@@ -125,13 +137,21 @@ ALTER ROLE agent_worker WITH LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATI
 SELECT 'CREATE DATABASE agent_worker OWNER agent_worker'
   WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agent_worker') \gexec
 ALTER DATABASE agent_worker OWNER TO agent_worker;
+SELECT 'CREATE ROLE agent_worker_system LOGIN'
+  WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_worker_system') \gexec
+ALTER ROLE agent_worker_system WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION
+  BYPASSRLS PASSWORD '$syspw';
+GRANT agent_worker TO agent_worker_system;
 SQL
   file="$(passfile)"
   (umask 077 && touch "$file")
   { grep -v -e "^127\.0\.0\.1:$pg_port:\*:agent_worker:" -e "^localhost:$pg_port:\*:agent_worker:" \
-      "$file" || true
+      -e "^127\.0\.0\.1:$pg_port:\*:agent_worker_system:" \
+      -e "^localhost:$pg_port:\*:agent_worker_system:" "$file" || true
     echo "127.0.0.1:$pg_port:*:agent_worker:$pw"
-    echo "localhost:$pg_port:*:agent_worker:$pw"; } > "$file.new.$$"
+    echo "localhost:$pg_port:*:agent_worker:$pw"
+    echo "127.0.0.1:$pg_port:*:agent_worker_system:$syspw"
+    echo "localhost:$pg_port:*:agent_worker_system:$syspw"; } > "$file.new.$$"
   chmod 600 "$file.new.$$" && mv "$file.new.$$" "$file"
 }
 

@@ -71,6 +71,7 @@ def test_real_passwords_pass_and_urls_without_one_are_not_checked() -> None:
     ("database_url", "postgresql+psycopg://agent_worker:CHANGE_ME@db:5432/agent_worker"),
     ("database_url", "postgresql+psycopg://agent_worker:@db:5432/agent_worker"),
     ("broker_url", "redis://agent-worker:changeme@redis:6379/0"),
+    ("system_database_url", "postgresql+psycopg://agent_worker_system:CHANGE_ME@db/aw"),
 ])
 def test_a_placeholder_in_a_url_is_refused(field: str, value: str) -> None:
     with pytest.raises(PlaceholderSecretError, match=field.upper()) as caught:

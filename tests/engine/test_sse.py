@@ -13,7 +13,13 @@ from starlette.testclient import TestClient
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
 from agent_worker.inprocess import InProcessWorker
+from agent_worker.principal import Principal
 from agent_worker.sse import create_app
+from agent_worker.webauth import WebAuth, token_digest
+
+#: The app's one bearer token: the single-tenant admin (tenancy: tests/integration/test_webauth.py).
+AUTH = WebAuth(tokens={token_digest("t0ken"): Principal("sse-test", "*", {"admin"})})
+BEARER = {"Authorization": "Bearer t0ken"}
 
 
 @pytest.fixture
@@ -37,7 +43,7 @@ def frames(body: str) -> list[dict[str, str]]:
 def test_events_resume_by_last_event_id(worker: InProcessWorker) -> None:
     run = worker.start_run("loop", {"laps": 2}, run_id=f"e-{uuid.uuid4().hex[:8]}")
     worker.run_until_idle()
-    http = TestClient(create_app(worker))
+    http = TestClient(create_app(worker, auth=AUTH), headers=BEARER)
     first = http.get(f"/runs/{run.id}/events")
     assert first.status_code == 200
     assert first.headers["content-type"].startswith("text/event-stream")
@@ -54,7 +60,7 @@ def test_events_resume_by_last_event_id(worker: InProcessWorker) -> None:
 
 def test_bad_resume_point_and_unknown_run(worker: InProcessWorker) -> None:
     run = worker.start_run("loop", {"laps": 1}, run_id=f"e-{uuid.uuid4().hex[:8]}")
-    http = TestClient(create_app(worker))
+    http = TestClient(create_app(worker, auth=AUTH), headers=BEARER)
     bad = http.get(f"/runs/{run.id}/events", headers={"Last-Event-ID": "12\r\nx"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_input"
     missing = http.get("/runs/nope/events")

@@ -125,6 +125,18 @@ def test_scram_a_private_password_and_an_app_role_that_is_not_superuser(
                               check=False)
     assert migrated.returncode == 0, migrated.stderr[-2000:]
 
+    # The workers' system role: passes row-level security, holds the app role's
+    # privileges on its tables, and is no superuser either.
+    system_password = (checkout.root / ".data/pg-system-password").read_text().strip()
+    assert f"127.0.0.1:{checkout.port}:*:agent_worker_system:{system_password}" in \
+        checkout.passfile.read_text()
+    with checkout.connect(user="agent_worker_system", dbname="aw_auth_check") as conn:
+        assert conn.execute("SELECT rolsuper, rolbypassrls FROM pg_roles "
+                            "WHERE rolname = current_user").fetchone() == (False, True)
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("COPY (SELECT 1) TO PROGRAM 'true'")
+
     # Scram, not trust: no password, or a wrong one, is refused.
     empty = checkout.passfile.parent / "empty-pgpass"
     empty.write_text("")

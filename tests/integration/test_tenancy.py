@@ -186,6 +186,30 @@ def test_a_raw_query_without_a_tenant_sees_no_tenant_row(
         system.dispose()
 
 
+def test_raw_sql_through_a_principals_connection_stays_in_its_tenant(
+        worker: InProcessWorker, acme_run: str) -> None:
+    """What a verb of tenant B's principal runs on its connection, even SQL that
+    names A's run outright, neither reads nor writes A's rows: the policies,
+    not the API's filters, refuse it."""
+    engine = worker.rt.store.engine  # type: ignore[attr-defined]
+    acme = {"i": acme_run}
+    with tenancy.scope(GLOBEX.tenant), engine.begin() as c:
+        for table, column in (("runs", "id"), ("messages", "run_id"), ("events", "run_id"),
+                              ("approvals", "run_id"), ("checkpoints", "run_id")):
+            assert c.execute(text(f"SELECT count(*) FROM {table} WHERE {column} = :i"),
+                             acme).scalar() == 0, table
+        assert c.execute(text("UPDATE runs SET status = 'cancelled' WHERE id = :i"),
+                         acme).rowcount == 0
+        assert c.execute(text("DELETE FROM approvals WHERE run_id = :i"), acme).rowcount == 0
+    with pytest.raises(DBAPIError, match="row-level security"), \
+            tenancy.scope(GLOBEX.tenant), engine.begin() as c:
+        c.execute(text("INSERT INTO signals (run_id, name, created_at) "
+                       "VALUES (:i, 'go', now())"), acme)
+    assert worker.acting_as(ALICE).get_run(acme_run).status == "waiting"
+    assert [x.status for x in worker.acting_as(ALICE).list_approvals(run_id=acme_run)] \
+        == ["pending"]
+
+
 def test_the_audit_log_refuses_update_and_delete(database_url: str, acme_run: str) -> None:
     system = make_engine(database_url)
     try:

@@ -1,0 +1,141 @@
+"""Who is calling over HTTP: a ``Principal`` from a request's headers, for the
+server-sent events app (``agent_worker.sse``) and the web console, which then
+act as it (``AgentWorker.acting_as``): another tenant's run is a 404 there,
+exactly as through the API.
+
+Two ways in, each only when configured; anything else is refused (401):
+
+- **Bearer tokens** (``Authorization: Bearer <token>``), for programs and
+  dashboards. The configuration (``AGENT_WORKER_WEB_TOKENS``) maps each token's
+  SHA-256 digest, never the token, to a principal, so a leaked configuration
+  grants nothing. An unsalted fast hash is enough for long random tokens
+  (there is no dictionary to try); short or chosen ones would need a slow one.
+- **A trusted reverse proxy** that authenticated the user (SSO, OAuth2 Proxy,
+  the console's login) and names it in headers
+  (``AGENT_WORKER_WEB_PROXY_USER_HEADER`` and the tenant and roles headers).
+  A header proves something only when every request comes through that proxy
+  and the proxy overwrites the client's own copies: serve the app on loopback
+  or a network only the proxy reaches.
+
+A request that presents a bearer token is judged by the token alone: a bad
+token is refused even when proxy headers come with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from agent_worker.errors import AuthenticationError, ConfigurationError, InvalidInputError
+from agent_worker.principal import Principal
+from agent_worker.settings import Settings
+
+_DIGEST_CHARS = frozenset("0123456789abcdef")
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 hex digest ``AGENT_WORKER_WEB_TOKENS`` keys a token by
+    (the same as ``printf %s "$TOKEN" | sha256sum``)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def parse_tokens(raw: str) -> dict[str, Principal]:
+    """``AGENT_WORKER_WEB_TOKENS`` (JSON: digest -> ``{"id", "tenant", "roles"}``).
+
+    Raises:
+        ConfigurationError: not that shape, a key that is not a SHA-256 hex
+            digest (a token pasted in plaintext), or a principal that cannot be.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        entries: Any = json.loads(raw)
+        if not isinstance(entries, dict):
+            raise ValueError("not a JSON object")
+        out: dict[str, Principal] = {}
+        for digest, who in entries.items():
+            if len(digest) != 64 or not set(digest) <= _DIGEST_CHARS:
+                raise ValueError(f"key {digest[:8]!r}... is not a lowercase SHA-256 hex "
+                                 "digest (never put a token itself here)")
+            if not isinstance(who, dict) or set(who) - {"id", "tenant", "roles"}:
+                raise ValueError("each principal is {\"id\", \"tenant\", \"roles\"}")
+            out[digest] = Principal(who["id"], who["tenant"], who.get("roles", []))
+        return out
+    except (ValueError, KeyError, TypeError, InvalidInputError) as e:
+        raise ConfigurationError(f"AGENT_WORKER_WEB_TOKENS: {e}") from e
+
+
+@dataclass(frozen=True)
+class ProxyHeaders:
+    """The headers a trusted reverse proxy names its authenticated user in."""
+
+    user: str
+    tenant: str = "X-Forwarded-Tenant"
+    roles: str = "X-Forwarded-Roles"
+
+
+class WebAuth:
+    """Resolves the principal of a web request (see the module docstring)."""
+
+    def __init__(self, *, tokens: Mapping[str, Principal] | None = None,
+                 proxy: ProxyHeaders | None = None) -> None:
+        self.tokens = dict(tokens or {})
+        self.proxy = proxy
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebAuth:
+        """From ``AGENT_WORKER_WEB_*``. Raises ``ConfigurationError`` (at start,
+        not at the first request) on malformed tokens."""
+        proxy = None
+        if settings.web_proxy_user_header:
+            proxy = ProxyHeaders(settings.web_proxy_user_header,
+                                 settings.web_proxy_tenant_header,
+                                 settings.web_proxy_roles_header)
+        return cls(tokens=parse_tokens(settings.web_tokens), proxy=proxy)
+
+    def principal(self, headers: Mapping[str, str]) -> Principal:
+        """Who sent a request with ``headers`` (case-insensitive, as Starlette's
+        ``request.headers``).
+
+        Raises:
+            AuthenticationError: no credentials that this configuration accepts.
+        """
+        authorization = headers.get("authorization")
+        if authorization is not None:
+            scheme, _, token = authorization.partition(" ")
+            # Keyed by digest: a lookup's timing can tell only about the digest
+            # of what the caller sent, never about a stored token.
+            who = self.tokens.get(token_digest(token.strip())) \
+                if scheme.lower() == "bearer" else None
+            if who is None:
+                raise AuthenticationError("unknown bearer token")
+            return who
+        if self.proxy is not None and headers.get(self.proxy.user):
+            return self._from_proxy(headers, self.proxy)
+        raise AuthenticationError("authentication required")
+
+    @staticmethod
+    def _from_proxy(headers: Mapping[str, str], proxy: ProxyHeaders) -> Principal:
+        tenant = headers.get(proxy.tenant, "").strip()
+        if not tenant:
+            raise AuthenticationError(f"the proxy named a user but no {proxy.tenant}")
+        roles = [r.strip() for r in headers.get(proxy.roles, "").split(",") if r.strip()]
+        try:
+            return Principal(headers[proxy.user].strip(), tenant, roles)
+        except InvalidInputError as e:
+            raise AuthenticationError(f"the proxy's principal is not valid: {e}") from e
+
+
+def unauthorized(error: AuthenticationError) -> JSONResponse:
+    """The 401 for ``error``: JSON like every other error, and the challenge
+    header HTTP requires with it."""
+    return JSONResponse({"error": {"code": error.code, "message": str(error)}},
+                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+
+__all__ = ["ProxyHeaders", "WebAuth", "parse_tokens", "token_digest", "unauthorized"]
