@@ -1,0 +1,75 @@
+"""Console tests: the app over an in-process worker on SQLite (fast; the API's
+tenant scoping is the same code on both dialects), driven by Starlette's
+TestClient, logged in as configured users."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from agent_worker.console.app import create_app
+from agent_worker.console.users import UserBook, hash_password
+from agent_worker.inprocess import InProcessWorker
+from store.sql import SqlStore
+from tests.console.agents import registry
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="session")
+def password_hash() -> str:
+    return hash_password(PASSWORD)  # scrypt is slow on purpose: once per session
+
+
+@pytest.fixture(scope="session")
+def users(password_hash: str) -> UserBook:
+    """alice approves in acme, bob only reads in acme, olga operates acme,
+    eve approves in another tenant, root is an admin across tenants."""
+    def user(uid: str, tenant: str, *roles: str) -> dict[str, object]:
+        return {"id": uid, "tenant": tenant, "roles": list(roles),
+                "password_hash": password_hash}
+    return UserBook.parse(json.dumps([
+        user("alice", "acme", "approver"), user("bob", "acme", "submitter"),
+        user("olga", "acme", "operator"), user("eve", "globex", "approver"),
+        user("root", "*", "admin")]))
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(f"sqlite:///{tmp_path / 'console.db'}", retry_backoff_seconds=0,
+                        max_lap_attempts=2, console_flower_url="http://flower.test")
+    w.rt.registry = registry()
+    yield w
+    assert isinstance(w.rt.store, SqlStore)
+    w.rt.store.dispose()
+
+
+@pytest.fixture
+def app_client(worker: InProcessWorker, users: UserBook) -> Callable[[], TestClient]:
+    """A new browser (its own cookie jar) on the console."""
+    app = create_app(worker, users=users)
+    return lambda: TestClient(app, follow_redirects=False)
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+@pytest.fixture
+def login(app_client: Callable[[], TestClient]) -> Callable[[str], TestClient]:
+    """A browser logged in as ``user``."""
+    def as_user(user: str) -> TestClient:
+        browser = app_client()
+        form = browser.get("/login")
+        done = browser.post("/login", data={"username": user, "password": PASSWORD,
+                                            "csrf_token": csrf_of(form.text), "next": "/runs"})
+        assert done.status_code == 303, done.text
+        return browser
+    return as_user
