@@ -1,0 +1,48 @@
+"""Actions on a run: confirmation pages that say what happens to the world,
+shown and allowed by role."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.testclient import TestClient
+
+from agent_worker.inprocess import InProcessWorker
+from tests.console.conftest import csrf_of
+from tests.principals import acting
+
+
+def test_operator_retries_a_failed_run_after_a_confirmation(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run = acting(worker, "app", "submitter", tenant="acme").start_run("fails", "go")
+    worker.run_until_idle()
+    olga = login("olga")
+    page = olga.get(f"/runs/{run.id}").text
+    assert 'id="action-retry"' in page and 'id="action-fork"' in page
+    confirm = olga.get(f"/runs/{run.id}/actions/retry")
+    assert confirm.status_code == 200 and "replays lap 2" in confirm.text
+    assert "not sent again" in confirm.text
+    done = olga.post(f"/runs/{run.id}/actions/retry", data={"csrf_token": csrf_of(confirm.text)})
+    assert done.status_code == 303 and done.headers["location"] == f"/runs/{run.id}?done=retry"
+    assert worker.get_run(run.id).status == "queued"
+    assert worker.audit(principal="olga", action="retry")
+
+
+def test_roles_decide_the_buttons_and_the_api_refuses_the_rest(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run = acting(worker, "app", "submitter", tenant="acme").start_run("refunds", "go")
+    worker.run_until_idle()
+    alice = login("alice")  # approver: reads and decides, no run verbs
+    assert 'id="run-actions"' not in alice.get(f"/runs/{run.id}").text
+    bob = login("bob")  # submitter: cancel and signal, not retry
+    page = bob.get(f"/runs/{run.id}").text
+    assert 'id="action-cancel"' in page and 'id="action-retry"' not in page
+    refused = bob.post(f"/runs/{run.id}/actions/retry", data={"csrf_token": csrf_of(page)})
+    assert refused.status_code == 403
+    confirm = bob.get(f"/runs/{run.id}/actions/cancel").text
+    assert "compensatable" in confirm and '<label for="reason">' in confirm
+    done = bob.post(f"/runs/{run.id}/actions/cancel",
+                    data={"csrf_token": csrf_of(confirm), "reason": "customer withdrew"})
+    assert done.status_code == 303
+    assert worker.get_run(run.id).cancel_reason == "customer withdrew"
+    assert bob.get(f"/runs/{run.id}/actions/explode").status_code == 404
