@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
@@ -86,6 +87,15 @@ def client_on(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     client.rt.store.dispose()
     api.configure(None)
     get_settings.cache_clear()
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 within two seconds (a server's readiness probe)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1,

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import socket
 import sys
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent_worker.console.users import hash_password
-from tests.support import Proc, wait_for
+from tests.support import Proc, answers, wait_for
 
 #: A page that answers 200 without a login once the console serves.
 READY_PATH = "/healthz"
@@ -60,14 +59,6 @@ def free_port() -> int:
         return port
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status) == 200
-    except OSError:
-        return False
-
-
 class ConsoleServer:
     """``python -m agent_worker.cli console`` on ``port``; ``url`` once started."""
 
@@ -82,7 +73,7 @@ class ConsoleServer:
     def start(self, timeout: float = 60.0) -> ConsoleServer:
         """Start it and wait until it serves; fail with its log if it died."""
         self.proc.start()
-        wait_for(lambda: not self.proc.alive() or _answers(self.url + READY_PATH),
+        wait_for(lambda: not self.proc.alive() or answers(self.url + READY_PATH),
                  timeout=timeout, interval=0.2, what=f"the console to serve {self.url}")
         if not self.proc.alive():
             raise AssertionError("the console exited at start:\n"

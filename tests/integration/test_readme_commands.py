@@ -39,7 +39,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import urllib.request
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -47,7 +46,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, answers, wait_for
 from tests.support_docs import commands, readme_walkthrough
 
 pytestmark = pytest.mark.integration
@@ -82,14 +81,6 @@ def run(command: str, env: Env) -> None:
     assert done.returncode == 0 and "Traceback" not in output, f"{command}:\n{output[-3000:]}"
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status) == 200
-    except OSError:
-        return False
-
-
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
@@ -104,7 +95,7 @@ def serve(command: str, env: Env) -> None:
                 pytest.fail(f"port {number} is taken; cannot check {command!r}")
             pytest.skip(f"port {number} is taken on this machine")
         path = "/metrics" if "metrics" in command else "/healthcheck"
-        ready: Callable[[str], bool] = lambda _log: _answers(  # noqa: E731
+        ready: Callable[[str], bool] = lambda _log: answers(  # noqa: E731
             f"http://127.0.0.1:{number}{path}")
     else:
         mark = "beat: Starting" if " beat" in command else " ready."
