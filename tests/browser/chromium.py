@@ -16,6 +16,8 @@ import shutil
 
 from playwright.sync_api import Browser, Playwright
 
+from tests.support import unavailable
+
 #: Names the Debian/Ubuntu packages give the browser.
 EXECUTABLES = ("chromium", "chromium-browser")
 
@@ -27,6 +29,18 @@ def chromium_executable() -> str | None:
         if found:
             return found
     return None
+
+
+def require_chromium() -> str:
+    """The system Chromium's path; without one the calling test is skipped with
+    the reason locally and failed in CI (``tests.support.unavailable``), so the
+    browser scenarios can never silently vanish from CI."""
+    path = chromium_executable()
+    if path is None:
+        unavailable(f"no chromium on PATH (looked for {', '.join(EXECUTABLES)}): the browser "
+                    "tests drive the OS's Chromium; deploy/local/install.sh runs "
+                    "apt-get install chromium")
+    return path
 
 
 def launch(playwright: Playwright) -> Browser:
@@ -44,4 +58,4 @@ def launch(playwright: Playwright) -> Browser:
                                       args=["--no-sandbox"])
 
 
-__all__ = ["chromium_executable", "launch"]
+__all__ = ["chromium_executable", "launch", "require_chromium"]

@@ -21,9 +21,9 @@ from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 from agent_worker.api import AgentWorker
 from agent_worker.principal import Principal
 from tests.browser.agents import APPROVERS
-from tests.browser.chromium import chromium_executable, launch
+from tests.browser.chromium import launch, require_chromium
 from tests.browser.server import Cast, ConsoleServer, User
-from tests.support import Fleet, client_on, logs, unavailable, worker_environ
+from tests.support import Fleet, client_on, logs, worker_environ
 
 AGENTS = "tests.browser.agents"
 #: How long a page may take to show what a test expects (Playwright's default, 5 s,
@@ -35,9 +35,7 @@ expect.set_options(timeout=PATIENCE_MS)
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Headless Chromium from the OS; without one: skipped locally, failed in CI."""
-    if chromium_executable() is None:
-        unavailable("no chromium on PATH: the browser tests drive the OS's Chromium "
-                    "(deploy/local/install.sh runs apt-get install chromium)")
+    require_chromium()
     with sync_playwright() as playwright:
         chromium = launch(playwright)
         yield chromium

@@ -6,7 +6,7 @@ a principal without the approver role gets no button and a forged POST is
 refused; a tool's ``<script>`` stays text; a failed run shows why and where.
 
 The runs start when the module starts (``runs``), so the worker moves them
-while the browser launches.
+while the console and the browser start.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from agent_worker.api import AgentWorker
 from store.base import RunRecord
 from tests.browser.agents import REASONING, REFUSAL, SCRIPT_RESULT
 from tests.browser.server import Cast, ConsoleServer, User
-from tests.support import wait_for
+from tests.support import Fleet, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -39,8 +39,11 @@ class Runs:
     fails: str
 
 
-@pytest.fixture(scope="module")
-def runs(submitter: AgentWorker, console: ConsoleServer) -> Runs:
+@pytest.fixture(scope="module", autouse=True)
+def runs(submitter: AgentWorker, browser_fleet: Fleet) -> Runs:
+    """Started first thing in the module (autouse), right after the worker, so
+    the worker moves them while the console and the browser start."""
+
     def start(agent: str) -> str:
         return submitter.start_run(agent, {}).id
 
