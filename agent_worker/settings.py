@@ -249,9 +249,11 @@ class Settings(BaseSettings):
 
     # --- the run console (agent_worker.console, issue 20) ---------------------
     console_bind: str = Field(
-        "127.0.0.1", description="Run console: address `agent-worker console` listens on."
+        "127.0.0.1", description="Run console: the address it listens on (`--host` overrides)."
     )
-    console_port: int = Field(8090, description="Run console: port of `agent-worker console`.")
+    console_port: int = Field(
+        8090, description="Run console: the port it listens on (`--port` overrides)."
+    )
     console_users: str = Field(
         "",
         description="Run console: its users, as a JSON list (or the path of a JSON file) of "

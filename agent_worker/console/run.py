@@ -15,9 +15,12 @@ from starlette.responses import Response
 
 from agent_worker.authorization import AccessRequest, Action
 from agent_worker.console.context import Ctx
-from agent_worker.console.views import Pager, lap_rows
+from agent_worker.console.views import Pager, lap_rows, page_number, pages
+from agent_worker.errors import ConfigurationError
 from agent_worker.vocabulary import TERMINAL
+from store import runpages, tenancy
 from store.base import RunRecord
+from store.sql import SqlStore
 
 __all__ = ["allowed_actions", "live_fragment", "run_page"]
 
@@ -34,28 +37,40 @@ def allowed_actions(ctx: Ctx, run: RunRecord) -> list[str]:
 
 
 def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
-    """What the page and its live fragment render."""
+    """What the page and its live fragment render: one page of each list,
+    read as one window (``store.runpages``) so a long run costs what a short
+    one does."""
     aw, q = ctx.aw, ctx.query
     size = ctx.console.settings.console_page_size
-    run = aw.get_run(run_id)
+    run = aw.get_run(run_id)  # the visitor may read it: everything below is this run's
     state = aw.get_state(run.id)
-    events = aw.events(run.id)
-    messages = aw.messages(run.id)
-    effects = aw.effects(run.id)
-    laps = lap_rows(run.id, events, messages, effects)
+    store = aw.rt.store
+    if not isinstance(store, SqlStore):
+        raise ConfigurationError("the run console needs the SQL store")
+    lap_page = page_number(q, "laps", run.lap, size)
+    last = run.lap - (lap_page - 1) * size
+    with tenancy.scope(aw.principal.tenant):
+        w = runpages.run_window(
+            store, run.id, first=max(1, last - size + 1), last=last,
+            messages_page=_asked(q, "messages", size), events_page=_asked(q, "events", size),
+            effects_page=_asked(q, "effects", size))
+    events = Pager(w.events[0], w.events[2], pages(w.events[1], size), w.events[1], "events")
     failing = None
     if run.status == "failed" or run.error_code:
         failing = {"lap": run.next_lap, "code": run.error_code, "message": run.error_message,
                    "detail": run.error_detail,
-                   "events": [e for e in events if e.lap == run.next_lap][-5:]}
+                   "events": [e for e in events.items if e.lap == run.next_lap][:5]}
     plan = list(state.plan)
     return {
         "run": run, "state": state, "budget": budget(run, state.budget),
         "cost": aw.cost(run), "finished": run.status in TERMINAL, "failing": failing,
-        "laps": Pager.of(laps, q, "laps", size),
-        "messages": Pager.of(messages, q, "messages", size),
-        "effects": Pager.of(effects, q, "effects", size),
-        "events": Pager.of(events, q, "events", size),
+        "laps": Pager(lap_rows(run.id, w.commits, w.lap_messages, w.lap_effects), lap_page,
+                      pages(run.lap, size), run.lap, "laps"),
+        "messages": Pager(w.messages[0], w.messages[2], pages(w.messages[1], size),
+                          w.messages[1], "messages"),
+        "effects": Pager(w.effects[0], w.effects[2], pages(w.effects[1], size),
+                         w.effects[1], "effects"),
+        "events": events,
         "plan": plan, "plan_done": sum(1 for p in plan if p.done),
         "children": aw.list_runs(parent=run.id, limit=size),
         "approvals": aw.list_approvals(run_id=run.id),
@@ -66,6 +81,11 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
         "page_link": ctx.page_link,
         "request_notice": NOTICES.get(q.get("done") or ""),
     }
+
+
+def _asked(query: Any, param: str, size: int) -> runpages.Page:
+    """The page ``query[param]`` asks for (the store clamps it to the last)."""
+    return runpages.Page(page_number(query, param, 10**9, size), size)
 
 
 #: What the page says after an action redirected back to it.

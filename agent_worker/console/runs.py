@@ -3,7 +3,9 @@
 Every row comes from ``AgentWorker.search_runs`` (or ``list_runs`` for the
 stale filter, which only it has), acting as the visitor: another tenant's runs
 are never in the answer, and the tenant filter is honoured for admins only
-(the API ignores it for everyone else).
+(the API ignores it for everyone else). The counts by status are one
+``GROUP BY`` (``store.runpages``) in the same scope, after the listing has
+authorized the visitor to read runs.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from starlette.responses import Response
 from agent_worker.api import AgentWorker
 from agent_worker.cli.views import run_summary
 from agent_worker.console.context import Ctx
-from agent_worker.errors import InvalidInputError
+from agent_worker.errors import ConfigurationError, InvalidInputError
 from agent_worker.steering import parse_labels
 from agent_worker.vocabulary import RUN_STATUSES, RunStatus
+from store import runpages, tenancy
+from store.sql import SqlStore
 
-#: Counts above this show as "N+": counting is a listing through the API, bounded.
-COUNT_CAP = 500
 #: How many stale runs the stale filter looks at (``list_runs`` has no cursor).
 STALE_WINDOW = 1000
 SORTS: dict[str, tuple[str, bool]] = {
@@ -96,13 +98,16 @@ def fetch(aw: AgentWorker, query: RunQuery, page_size: int) -> tuple[list[Any], 
     return list(page.runs), page.next_cursor
 
 
-def counts(aw: AgentWorker, tenant: str | None) -> dict[str, str]:
-    """Runs per status in the visitor's scope, capped at ``COUNT_CAP``."""
-    out: dict[str, str] = {}
-    for status in RUN_STATUSES:
-        n = len(aw.list_runs(status=status, tenant=tenant, limit=COUNT_CAP + 1))
-        out[status] = f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
-    return out
+def counts(aw: AgentWorker, tenant: str | None) -> dict[str, int]:
+    """Runs per status in the visitor's scope (one GROUP BY; call after an API
+    read has authorized the visitor to read runs)."""
+    store = aw.rt.store
+    if not isinstance(store, SqlStore):
+        raise ConfigurationError("the run console needs the SQL store")
+    scope = tenant if aw.principal.all_tenants else aw.principal.tenant
+    with tenancy.scope(aw.principal.tenant):
+        found = runpages.status_counts(store, scope)
+    return {s: found.get(s, 0) for s in RUN_STATUSES}
 
 
 def runs_page(ctx: Ctx) -> Response:

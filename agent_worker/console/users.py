@@ -41,17 +41,20 @@ def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
                           maxmem=64 * 1024 * 1024)
 
 
-def hash_password(password: str) -> str:
+def hash_password(password: str, *, n: int = SCRYPT_N) -> str:
     """``scrypt$n$r$p$salt$hash``: what ``agent-worker console hash-password`` prints.
+    The cost ``n`` is stored in the hash, so raising it later keeps old hashes valid.
 
     Raises:
-        InvalidInputError: an empty password.
+        InvalidInputError: an empty password, or ``n`` not a power of two above 1.
     """
     if not password:
         raise InvalidInputError("a console password must not be empty")
+    if n < 2 or n & (n - 1):
+        raise InvalidInputError(f"scrypt cost must be a power of two above 1, got {n}")
     salt = secrets.token_bytes(16)
-    digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)
-    return f"{SCHEME}${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+    digest = _scrypt(password, salt, n, SCRYPT_R, SCRYPT_P)
+    return f"{SCHEME}${n}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
 
 
 def check_password(password: str, stored: str) -> bool:

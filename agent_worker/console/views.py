@@ -40,6 +40,15 @@ def as_json(value: Any, limit: int = SHOWN_CHARS) -> str:
                             sort_keys=True), limit)
 
 
+def brief(data: dict[str, Any] | None, limit: int = 300) -> str:
+    """An event's data on one line, without the lap's trace (the timeline shows it)."""
+    if not data:
+        return ""
+    shown_data = {k: v for k, v in data.items() if k not in ("trace", "messages")}
+    return shown(json.dumps(shown_data, ensure_ascii=False, default=str,
+                            separators=(", ", ": ")), limit)
+
+
 def when(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -65,7 +74,7 @@ def _span(seconds: float) -> str:
 
 
 FILTERS: dict[str, Callable[..., str]] = {"shown": shown, "as_json": as_json, "when": when,
-                                         "ago": ago}
+                                         "ago": ago, "brief": brief}
 
 
 @dataclass(frozen=True)
@@ -80,21 +89,30 @@ class Pager(Generic[T]):
 
     @classmethod
     def of(cls, items: Sequence[T], query: Any, param: str, size: int) -> Pager[T]:
-        """Page ``query[param]`` of ``items`` reversed (the newest first)."""
+        """Page ``query[param]`` of ``items`` (oldest first in), newest first out."""
         total = len(items)
-        pages = max(1, -(-total // size))
-        raw = query.get(param) or "1"
-        page = min(max(int(raw), 1), pages) if raw.isdigit() else 1
+        page = page_number(query, param, total, size)
         end = total - (page - 1) * size
         chunk = list(items[max(0, end - size):end])
         chunk.reverse()
-        return cls(chunk, page, pages, total, param)
+        return cls(chunk, page, pages(total, size), total, param)
+
+
+def pages(total: int, size: int) -> int:
+    return max(1, -(-total // size))
+
+
+def page_number(query: Any, param: str, total: int, size: int) -> int:
+    """The page ``query[param]`` asks for, within 1..pages (1 if not a number)."""
+    raw = query.get(param) or "1"
+    return min(max(int(raw), 1), pages(total, size)) if raw.isdigit() else 1
 
 
 def lap_rows(run_id: str, events: Sequence[EventRecord], messages: Sequence[StoredMessage],
              effects: Sequence[EffectRecord]) -> list[dict[str, Any]]:
-    """One row per committed lap, oldest first: what the model said and asked,
-    what each tool returned, and where the time went (model, tools, commit)."""
+    """One row per lap committed in ``events``, newest first: what the model
+    said and asked, what each tool returned, and where the time went (model,
+    tools, commit). ``messages`` are those laps' messages."""
     book = LapBook(run_id)
     book.add_messages(messages)
     book.add_effects(effects)
@@ -105,6 +123,7 @@ def lap_rows(run_id: str, events: Sequence[EventRecord], messages: Sequence[Stor
         lap = book.lap(event)
         lap["durations"] = durations(lap["trace"])
         rows.append(lap)
+    rows.reverse()
     return rows
 
 
@@ -124,4 +143,5 @@ def durations(trace: Sequence[dict[str, Any]]) -> dict[str, float | None]:
             "total": float(trace[-1]["ms"]) if trace else None}
 
 
-__all__ = ["FILTERS", "Pager", "ago", "as_json", "durations", "lap_rows", "shown", "when"]
+__all__ = ["FILTERS", "Pager", "ago", "as_json", "brief", "durations", "lap_rows",
+           "page_number", "pages", "shown", "when"]

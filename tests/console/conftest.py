@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,7 +16,6 @@ from starlette.testclient import TestClient
 from agent_worker.console.app import create_app
 from agent_worker.console.users import UserBook, hash_password
 from agent_worker.inprocess import InProcessWorker
-from store.sql import SqlStore
 from tests.console.agents import registry
 
 PASSWORD = "correct horse battery staple"
@@ -23,7 +23,16 @@ PASSWORD = "correct horse battery staple"
 
 @pytest.fixture(scope="session")
 def password_hash() -> str:
-    return hash_password(PASSWORD)  # scrypt is slow on purpose: once per session
+    # A cheap cost for speed: the default's (slow on purpose) is test_auth's business.
+    return hash_password(PASSWORD, n=2**8)
+
+
+@pytest.fixture(scope="session")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file each test copies (migrating costs a second a test)."""
+    path = tmp_path_factory.mktemp("console") / "template.db"
+    InProcessWorker(f"sqlite:///{path}").close()
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -40,13 +49,13 @@ def users(password_hash: str) -> UserBook:
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
+def worker(tmp_path: Path, migrated: Path) -> Iterator[InProcessWorker]:
+    shutil.copy(migrated, tmp_path / "console.db")
     w = InProcessWorker(f"sqlite:///{tmp_path / 'console.db'}", retry_backoff_seconds=0,
                         max_lap_attempts=2, console_flower_url="http://flower.test")
     w.rt.registry = registry()
     yield w
-    assert isinstance(w.rt.store, SqlStore)
-    w.rt.store.dispose()
+    w.close()
 
 
 @pytest.fixture

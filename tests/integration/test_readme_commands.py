@@ -88,13 +88,14 @@ def _port_free(port: int) -> bool:
 
 def serve(command: str, env: Env) -> None:
     port = re.search(r"--port[= ](\d+)", command)
-    if "metrics" in command or "flower" in command:
-        number = int(port.group(1)) if port else 9100
+    if "metrics" in command or "flower" in command or " console" in command:
+        number = int(port.group(1)) if port else (8090 if " console" in command else 9100)
         if not _port_free(number):
             if os.environ.get("CI"):
                 pytest.fail(f"port {number} is taken; cannot check {command!r}")
             pytest.skip(f"port {number} is taken on this machine")
-        path = "/metrics" if "metrics" in command else "/healthcheck"
+        path = ("/metrics" if "metrics" in command
+                else "/healthz" if " console" in command else "/healthcheck")
         ready: Callable[[str], bool] = lambda _log: answers(  # noqa: E731
             f"http://127.0.0.1:{number}{path}")
     else:
@@ -214,6 +215,7 @@ RULES: list[tuple[str, Check]] = [
      r"|agent-worker runs list --agent-version OLD --status running"
      r"|deploy/local/services\.sh start", run),
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
+     r"|agent-worker console --host 127\.0\.0\.1 --port 8090"
      r"|celery -A tasks (flower --port=5555 --address=127.0.0.1|beat --loglevel INFO"
      r"|worker --concurrency 4 --loglevel INFO --without-mingle)", serve),
     (r"deploy/local/(demo|test|install)\.sh", first_hour),
@@ -224,6 +226,7 @@ RULES: list[tuple[str, Check]] = [
      r"|agent-worker runs state RUN"
      r"|python -m bench\.\w+( .*)?", usage),
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
+    (r"agent-worker console hash-password( --stdin)?", usage),
     (r"agent-worker runs follow RUN .*", usage),
     (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN|runs list --parent RUN"
      r"|submit [a-z-]+ .*)", usage),
