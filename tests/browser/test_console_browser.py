@@ -23,7 +23,9 @@ from tests.browser.agents import REASONING, REFUSAL, SCRIPT_RESULT
 from tests.browser.server import Cast, ConsoleServer, User
 from tests.support import Fleet, wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.integration]
+# One xdist worker runs the whole module (test.sh: --dist loadgroup), so the
+# console, worker and browser start once, not once per xdist worker.
+pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.xdist_group("browser")]
 
 #: What must show, as text, of the tool's result (its quotes may be JSON-escaped).
 SCRIPT_TEXT = SCRIPT_RESULT.split('"', 1)[0]
