@@ -21,6 +21,7 @@ from itsdangerous import BadSignature, URLSafeTimedSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent_worker.console.proxy import proxied_user
 from agent_worker.console.users import ConsoleUser, UserBook
 
 SESSION_COOKIE = "aw_console"
@@ -54,12 +55,12 @@ class Sessions:
         return hmac.new(self._key, f"csrf:{nonce}".encode(), hashlib.sha256).hexdigest()
 
     def visitor(self, request: Request) -> Visitor | None:
-        """The proxy's user when the header is configured and present, else the
-        session cookie's; None when neither names a configured user."""
-        if self.proxy_header:
-            found = self._proxied(request)
-            if found is not None:
-                return found
+        """The proxy's user when the header is configured and present
+        (``console.proxy``), else the session cookie's; None when neither names
+        a configured user."""
+        proxied = proxied_user(request.headers, self.proxy_header, self.users)
+        if proxied is not None:
+            return Visitor(proxied, self.csrf_for(f"proxy:{proxied.id}"), via_proxy=True)
         raw = request.cookies.get(SESSION_COOKIE)
         if not raw:
             return None
@@ -71,14 +72,6 @@ class Sessions:
             return None
         user = self.users.get(str(data.get("u")))
         return None if user is None else Visitor(user, self.csrf_for(str(data.get("n"))))
-
-    def _proxied(self, request: Request) -> Visitor | None:
-        # Trusted only because the operator configured the header and keeps the
-        # console reachable through the proxy alone (README, "Run console").
-        name = request.headers.get(self.proxy_header, "").strip()
-        user = self.users.get(name) if name else None
-        return None if user is None else Visitor(user, self.csrf_for(f"proxy:{user.id}"),
-                                                 via_proxy=True)
 
     def start(self, response: Response, user: ConsoleUser) -> None:
         """Log ``user`` in on ``response`` (a fresh nonce, so a fresh CSRF token)."""

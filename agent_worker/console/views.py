@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
+from agent_worker.cli.common import span
 from agent_worker.cli.views import LapBook
 from agent_worker.redaction import redact_secrets
 from store.base import EffectRecord, EventRecord, StoredMessage
@@ -54,23 +55,12 @@ def when(value: datetime | None) -> str:
 
 
 def ago(value: datetime | None) -> str:
-    """``3m 20s ago`` / ``in 5m``: for ages and timeouts."""
+    """``3m ago`` / ``in 5m`` (the CLI's spans): for ages and timeouts."""
     if value is None:
         return ""
-    seconds = (datetime.now(UTC) - value).total_seconds()
-    span = _span(abs(seconds))
-    return f"{span} ago" if seconds >= 0 else f"in {span}"
-
-
-def _span(seconds: float) -> str:
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60}m"
-    return f"{s // 86400}d {s % 86400 // 3600}h"
+    delta = datetime.now(UTC) - value
+    text = span(abs(delta))
+    return f"{text} ago" if delta.total_seconds() >= 0 else f"in {text}"
 
 
 FILTERS: dict[str, Callable[..., str]] = {"shown": shown, "as_json": as_json, "when": when,

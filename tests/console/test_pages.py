@@ -66,6 +66,7 @@ def test_markup_from_tools_renders_as_text(worker: InProcessWorker,
     assert HOSTILE not in page and "<script>document" not in page
     assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;" in page
     assert page.count("<script") == 1  # the console's own script tag only
+    assert "scrypt$" not in page and "sqlite:" not in page  # no hash, no store URL
     assert 'data-finished="false"' in page and 'data-live="/runs/' in page
 
 
