@@ -73,7 +73,8 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
         "events": events,
         "plan": plan, "plan_done": sum(1 for p in plan if p.done),
         "children": aw.list_runs(parent=run.id, limit=size),
-        "approvals": aw.list_approvals(run_id=run.id),
+        # Only a waiting run has a pending call; decided ones are in the events.
+        "approvals": aw.list_approvals(run_id=run.id) if run.status == "waiting" else [],
         "actions": allowed_actions(ctx, run),
         "flower_run": f"{ctx.console.settings.console_flower_url}/tasks?search={run.id}",
         "poll_ms": int(ctx.console.settings.console_poll_seconds * 1000),
