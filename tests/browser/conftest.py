@@ -13,7 +13,6 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
@@ -99,11 +98,12 @@ def browser_fleet(console_env: dict[str, str],
 @pytest.fixture(scope="module")
 def console(console_env: dict[str, str], cast: Cast, browser_fleet: Fleet,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
+    """``agent-worker console`` with the cast's users, serving once this returns."""
     log = tmp_path_factory.mktemp("console") / "console.log"
     server = ConsoleServer(console_env, log, cast.users).start()
     yield server
     server.stop()
-    print(Path(log).read_text(errors="replace")[-3000:])
+    print(log.read_text(errors="replace")[-3000:])  # shown only when a test failed
 
 
 @pytest.fixture(scope="module")
