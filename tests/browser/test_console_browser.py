@@ -91,6 +91,12 @@ def test_approver_finds_the_call_in_the_inbox_approves_it_and_watches_the_run_fi
         submitter: AgentWorker) -> None:
     until(submitter, runs.gift, lambda r: r.status == "waiting", "waiting for approval")
     log_in(page, console, cast.approver)
+    # The run's page, opened in a second tab before the decision and never
+    # reloaded: only its live refresh can show the run finishing.
+    run_tab = page.context.new_page()
+    run_tab.goto(f"{console.url}/runs/{runs.gift}")
+    expect(run_tab.locator("#run-status")).to_have_attribute("data-status", "waiting")
+
     page.get_by_role("link", name="Approvals").click()
     card = page.locator(f"#approvals-mine article[data-run-id='{runs.gift}']")
     expect(card).to_contain_text("send_gift")
@@ -102,11 +108,10 @@ def test_approver_finds_the_call_in_the_inbox_approves_it_and_watches_the_run_fi
     expect(page.locator("#notice")).to_have_text("Approved.")
     expect(page.locator(f"article[data-run-id='{runs.gift}']")).to_have_count(0)
 
-    page.goto(f"{console.url}/runs/{runs.gift}")
-    # No reload from here on: the page follows the run by itself.
-    expect(page.locator("#run-status")).to_have_attribute("data-status", "succeeded",
-                                                          timeout=60_000)
-    expect(page.locator("#effects")).to_contain_text("applied")
+    expect(run_tab.locator("#run-status")).to_have_attribute("data-status", "succeeded",
+                                                             timeout=60_000)
+    expect(run_tab.locator("#effects tr[data-effect-status='applied']")).to_contain_text(
+        "send_gift")
     decided = submitter.list_approvals(status="approved", run_id=runs.gift)
     assert [(a.decided_by, a.comment) for a in decided] == [(cast.approver.id, "goodwill, ok")]
 
