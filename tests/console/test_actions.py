@@ -46,3 +46,25 @@ def test_roles_decide_the_buttons_and_the_api_refuses_the_rest(
     assert done.status_code == 303
     assert worker.get_run(run.id).cancel_reason == "customer withdrew"
     assert bob.get(f"/runs/{run.id}/actions/explode").status_code == 404
+
+
+def test_fork_and_signal_through_their_confirmations(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run = acting(worker, "app", "submitter", tenant="acme").start_run("refunds", "go")
+    worker.run_until_idle()
+    olga = login("olga")
+    confirm = olga.get(f"/runs/{run.id}/actions/fork").text
+    assert "acts on the world again" in confirm and '<label for="fork-lap">' in confirm
+    forked = olga.post(f"/runs/{run.id}/actions/fork", data={
+        "csrf_token": csrf_of(confirm), "lap": "1", "new_run_id": "fork-of-refund"})
+    assert forked.headers["location"] == "/runs/fork-of-refund?done=fork"
+    page = olga.get("/runs/fork-of-refund?done=fork").text
+    assert "Forked: this is the new run." in page and f'href="/runs/{run.id}"' in page
+    bad = olga.post(f"/runs/{run.id}/actions/fork", data={"csrf_token": csrf_of(page),
+                                                          "lap": "one"})
+    assert bad.status_code == 400
+    signal = olga.post(f"/runs/{run.id}/actions/signal", data={
+        "csrf_token": csrf_of(page), "name": "nudge", "payload": '{"why": "<b>now</b>"}'})
+    assert signal.status_code == 303
+    live = olga.get(f"/runs/{run.id}/live").text
+    assert live.lstrip().startswith('<div id="run-body"') and "<html" not in live
