@@ -35,6 +35,9 @@ from tests.support import Fleet, client_on, worker_environ
 TENANT = "acme"
 AGENTS = f"{refund_desk.__name__},{goodwill.__name__}"
 VIEWPORT: ViewportSize = {"width": 1280, "height": 1000}
+#: The run page is long: tall enough for the header, the actions, the budget and
+#: the lap timeline (the messages and ledger below are paged anyway).
+RUN_VIEWPORT: ViewportSize = {"width": 1280, "height": 1500}
 
 
 def _wait_status(aw: AgentWorker, run_id: str, status: str) -> RunRecord:
@@ -66,6 +69,7 @@ def _photograph(page: Page, url: str, user: User, run_id: str, out: Path) -> lis
     page.locator("#approvals-mine article").first.wait_for()
     inbox, run = out / "console-inbox.png", out / "console-run.png"
     page.screenshot(path=str(inbox), full_page=True)
+    page.set_viewport_size(RUN_VIEWPORT)
     page.goto(f"{url}/runs/{run_id}")
     page.locator("#run-status[data-status='succeeded']").wait_for()
     page.screenshot(path=str(run))
