@@ -44,7 +44,7 @@ def login_page(console: Console) -> Endpoint:
         if user is None:
             return _again(console, request, target, "Unknown user or wrong password.", 401)
         done = RedirectResponse(target, status_code=303)
-        sessions.start(done, user)
+        sessions.start(done, user, https=request.url.scheme == "https")
         return done
 
     return endpoint

@@ -73,11 +73,12 @@ class Sessions:
         user = self.users.get(str(data.get("u")))
         return None if user is None else Visitor(user, self.csrf_for(str(data.get("n"))))
 
-    def start(self, response: Response, user: ConsoleUser) -> None:
-        """Log ``user`` in on ``response`` (a fresh nonce, so a fresh CSRF token)."""
+    def start(self, response: Response, user: ConsoleUser, *, https: bool = False) -> None:
+        """Log ``user`` in on ``response`` (a fresh nonce, so a fresh CSRF token).
+        Over HTTPS the cookie is ``Secure``: never sent back over plain HTTP."""
         token = self._signer.dumps({"u": user.id, "n": secrets.token_urlsafe(16)})
         response.set_cookie(SESSION_COOKIE, token, max_age=self.max_age, httponly=True,
-                            samesite="lax", secure=self.secure)
+                            samesite="lax", secure=self.secure or https)
         response.delete_cookie(LOGIN_COOKIE)
 
     def end(self, response: Response) -> None:

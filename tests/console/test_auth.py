@@ -44,6 +44,7 @@ def test_session_cookie_is_httponly_lax_and_logout_needs_the_token(
     assert done.status_code == 303 and done.headers["location"] == "/approvals"
     cookie = done.headers["set-cookie"]
     assert "httponly" in cookie.lower() and "samesite=lax" in cookie.lower()
+    assert "secure" not in cookie.lower()  # plain HTTP here; over HTTPS it is Secure
     page = browser.get("/runs")
     assert page.status_code == 200 and 'id="whoami"' in page.text
     forged = browser.post("/logout", data={"csrf_token": "guess"})
@@ -101,3 +102,13 @@ def test_hash_password_command(monkeypatch: pytest.MonkeyPatch,
     assert main(["console", "hash-password", "--stdin"]) == 0
     printed = capsys.readouterr().out.strip()
     assert check_password("hunter22", printed)
+
+
+def test_over_https_the_session_cookie_is_secure(worker: InProcessWorker,
+                                                 users: UserBook) -> None:
+    browser = TestClient(create_app(worker, users=users), base_url="https://console.test",
+                         follow_redirects=False)
+    form = browser.get("/login")
+    done = browser.post("/login", data={"username": "alice", "password": PASSWORD,
+                                        "csrf_token": csrf_of(form.text)})
+    assert done.status_code == 303 and "secure" in done.headers["set-cookie"].lower()

@@ -43,6 +43,10 @@ def test_runs_page_counts_filters_and_tenant_isolation(
     assert alice.get(f"/runs/{theirs}").status_code == 404
     assert alice.get(f"/runs/{theirs}/live").status_code == 404
     assert alice.get("/runs?status=bogus").status_code == 400
+    assert alice.get("/runs?sort=bogus").status_code == 400
+    assert 'id="no-runs"' in alice.get("/runs?stale=1").text  # nothing is moving
+    by_agent = alice.get("/runs?sort=agent").text
+    assert by_agent.index(failed) < by_agent.index(waiting)  # "fails" before "refunds"
     root = login("root").get("/runs?tenant=globex").text
     assert theirs in root and failed not in root and 'id="f-tenant"' in root
 
