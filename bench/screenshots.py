@@ -25,12 +25,11 @@ from agent_worker.api import AgentWorker
 from agent_worker.demo import goodwill, refund_desk
 from agent_worker.demo.vendor import start_vendor
 from agent_worker.principal import Principal
-from bench.common import ROOT, RedisDb, create_database, drop_database, sa_url, wait_for
-from store.base import RunRecord
+from bench.common import ROOT, RedisDb, create_database, drop_database, sa_url
 from store.migrate import upgrade
 from tests.browser.chromium import launch
 from tests.browser.server import ConsoleServer, User
-from tests.support import Fleet, client_on, worker_environ
+from tests.support import Fleet, client_on, run_reaching, worker_environ
 
 TENANT = "acme"
 AGENTS = f"{refund_desk.__name__},{goodwill.__name__}"
@@ -38,12 +37,6 @@ VIEWPORT: ViewportSize = {"width": 1280, "height": 1000}
 #: The run page is long: tall enough for the header, the actions, the budget and
 #: the lap timeline (the messages and ledger below are paged anyway).
 RUN_VIEWPORT: ViewportSize = {"width": 1280, "height": 1500}
-
-
-def _wait_status(aw: AgentWorker, run_id: str, status: str) -> RunRecord:
-    run: RunRecord = wait_for(lambda: (lambda r: r if r.status == status else None)(
-        aw.get_run(run_id)), timeout=180, interval=0.3, what=f"run {run_id} {status}")
-    return run
 
 
 def _runs(aw: AgentWorker) -> str:
@@ -55,9 +48,9 @@ def _runs(aw: AgentWorker) -> str:
                               {"order_id": order, "incidents": incidents}).id
                for order, incidents in (("ord-042", 2), ("ord-117", 3))]
     for run_id in credits:
-        _wait_status(desk, run_id, "waiting")
+        run_reaching(desk, run_id, "waiting", timeout=180)
     for run_id in refunds:
-        _wait_status(desk, run_id, "succeeded")
+        run_reaching(desk, run_id, "succeeded", timeout=180)
     return refunds[0]
 
 

@@ -21,6 +21,7 @@ import pytest
 
 if TYPE_CHECKING:
     from agent_worker.api import AgentWorker
+    from store.base import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENTS = "agent_worker.demo.refund_desk,tests.agents"
@@ -109,6 +110,19 @@ def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def run_reaching(aw: AgentWorker, run_id: str, status: str, *,
+                 timeout: float = 60.0) -> RunRecord:
+    """The run once its status is ``status`` (workers move it, the database says
+    when); fails after ``timeout`` seconds naming the run and the status."""
+    def reached() -> RunRecord | None:
+        run = aw.get_run(run_id)
+        return run if run.status == status else None
+
+    found: RunRecord = wait_for(reached, timeout=timeout, interval=0.2,
+                                what=f"run {run_id} to be {status}")
+    return found
 
 
 def lock_redis_db(numbers: Iterable[int]) -> tuple[IO[str], int] | None:

@@ -11,17 +11,15 @@ while the console and the browser start.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from agent_worker.api import AgentWorker
-from store.base import RunRecord
 from tests.browser.agents import REASONING, REFUSAL, SCRIPT_RESULT
 from tests.browser.server import Cast, ConsoleServer, User
-from tests.support import Fleet, wait_for
+from tests.support import Fleet, run_reaching
 
 # One xdist worker runs the whole module (test.sh: --dist loadgroup), so the
 # console, worker and browser start once, not once per xdist worker.
@@ -53,14 +51,6 @@ def runs(submitter: AgentWorker, browser_fleet: Fleet) -> Runs:
                 xss=start("console-xss"), fails=start("console-fails"))
 
 
-def until(submitter: AgentWorker, run_id: str, ok: Callable[[RunRecord], bool],
-          what: str) -> RunRecord:
-    """The run once ``ok`` holds (the worker moves it; the database says when)."""
-    run: RunRecord = wait_for(lambda: (lambda r: r if ok(r) else None)(submitter.get_run(run_id)),
-                              timeout=60, interval=0.2, what=f"run {run_id} {what}")
-    return run
-
-
 def log_in(page: Page, console: ConsoleServer, user: User, *, path: str = "/runs") -> None:
     """Through the login form, as a person would; lands on ``path``."""
     page.goto(f"{console.url}/login?next={path}")
@@ -89,7 +79,7 @@ def test_log_in_refuses_a_wrong_password_then_lets_the_user_in(
 def test_approver_finds_the_call_in_the_inbox_approves_it_and_watches_the_run_finish(
         page: Page, console: ConsoleServer, cast: Cast, runs: Runs,
         submitter: AgentWorker) -> None:
-    until(submitter, runs.gift, lambda r: r.status == "waiting", "waiting for approval")
+    run_reaching(submitter, runs.gift, "waiting")
     log_in(page, console, cast.approver)
     # The run's page, opened in a second tab before the decision and never
     # reloaded: only its live refresh can show the run finishing.
@@ -119,8 +109,7 @@ def test_approver_finds_the_call_in_the_inbox_approves_it_and_watches_the_run_fi
 def test_without_the_approver_role_no_button_and_a_forged_post_is_refused(
         page: Page, console: ConsoleServer, cast: Cast, runs: Runs,
         submitter: AgentWorker) -> None:
-    until(submitter, runs.gift_for_viewer, lambda r: r.status == "waiting",
-          "waiting for approval")
+    run_reaching(submitter, runs.gift_for_viewer, "waiting")
     (approval,) = submitter.list_approvals(status="pending", run_id=runs.gift_for_viewer)
     log_in(page, console, cast.viewer, path="/approvals")
     card = page.locator(f"article[data-approval-id='{approval.id}']")
@@ -145,7 +134,7 @@ def test_without_the_approver_role_no_button_and_a_forged_post_is_refused(
 def test_a_script_in_a_tool_result_renders_as_text(
         page: Page, console: ConsoleServer, cast: Cast, runs: Runs,
         submitter: AgentWorker) -> None:
-    until(submitter, runs.xss, lambda r: r.status == "succeeded", "succeeded")
+    run_reaching(submitter, runs.xss, "succeeded")
     log_in(page, console, cast.operator, path=f"/runs/{runs.xss}")
     result = page.locator("#messages li[data-role='tool']")
     expect(result).to_contain_text(SCRIPT_TEXT)  # shown, as the characters it is
@@ -158,7 +147,7 @@ def test_a_script_in_a_tool_result_renders_as_text(
 def test_a_failed_runs_page_shows_the_error_and_the_failing_lap(
         page: Page, console: ConsoleServer, cast: Cast, runs: Runs,
         submitter: AgentWorker) -> None:
-    until(submitter, runs.fails, lambda r: r.status == "failed", "failed")
+    run_reaching(submitter, runs.fails, "failed")
     log_in(page, console, cast.operator, path=f"/runs/{runs.fails}")
     expect(page.locator("#run-status")).to_have_attribute("data-status", "failed")
     error = page.locator("#run-error")
