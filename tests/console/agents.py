@@ -42,10 +42,25 @@ def _fails(r: ModelRequest) -> ModelResponse:
     return turn("first lap fine", [("look", {"order_id": "1"})])
 
 
+def _flaky() -> ScriptedModel:
+    """Fails the first attempt of lap 1, like a provider's hiccup; then finishes."""
+    calls = {"n": 0}
+
+    def script(r: ModelRequest) -> ModelResponse:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("provider hiccup")
+        return turn("recovered")
+
+    return ScriptedModel(script)
+
+
 def registry() -> Registry:
     """A registry holding only the console's test agents."""
     reg = Registry()
     reg.register(Agent(name="refunds", model=lambda: ScriptedModel(_refunds),
                        tools=[look, refund], approval_owner="approver"))
     reg.register(Agent(name="fails", model=lambda: ScriptedModel(_fails), tools=[look]))
+    flaky = _flaky()
+    reg.register(Agent(name="flaky", model=lambda: flaky))
     return reg

@@ -89,3 +89,12 @@ def test_long_runs_are_paged(tmp_path: object, users: UserBook,
     older = browser.get(f"/runs/{run}?messages=2").text
     assert re.findall(r'data-seq="(\d+)"', older) == ["1", "0"]
     assert re.findall(r'<tr data-lap="(\d+)"', older) == ["2", "1"]
+
+
+def test_timeline_marks_a_retried_lap(worker: InProcessWorker,
+                                      login: Callable[[str], TestClient]) -> None:
+    run = _started(worker, "flaky")
+    page = login("bob").get(f"/runs/{run}").text
+    row = re.search(r'<tr data-lap="1"[^>]*>', page)
+    assert row is not None and 'data-retried="true"' in row.group(0)
+    assert re.search(r'data-kind="retry"', page)
