@@ -17,6 +17,7 @@ from agent_worker.console.app import create_app
 from agent_worker.console.users import UserBook, hash_password
 from agent_worker.inprocess import InProcessWorker
 from tests.console.agents import registry
+from tests.principals import acting
 
 PASSWORD = "correct horse battery staple"
 
@@ -63,6 +64,15 @@ def app_client(worker: InProcessWorker, users: UserBook) -> Callable[[], TestCli
     """A new browser (its own cookie jar) on the console."""
     app = create_app(worker, users=users)
     return lambda: TestClient(app, follow_redirects=False)
+
+
+def started(worker: InProcessWorker, agent: str, tenant: str = "acme",
+            labels: dict[str, str] | None = None) -> str:
+    """A run of ``agent`` in ``tenant``, moved as far as it goes; its id."""
+    run = acting(worker, "app", "submitter", tenant=tenant).start_run(agent, "go",
+                                                                     labels=labels)
+    worker.run_until_idle()
+    return run.id
 
 
 def csrf_of(html: str) -> str:

@@ -9,15 +9,12 @@ from collections.abc import Callable
 from starlette.testclient import TestClient
 
 from agent_worker.inprocess import InProcessWorker
-from tests.console.conftest import csrf_of
-from tests.principals import acting
+from tests.console.conftest import csrf_of, started
 
 
 def _waiting(worker: InProcessWorker) -> tuple[str, str]:
-    run = acting(worker, "app", "submitter", tenant="acme").start_run("refunds", "go")
-    worker.run_until_idle()
-    approval = worker.list_approvals(run_id=run.id)[0]
-    return run.id, approval.id
+    run_id = started(worker, "refunds")
+    return run_id, worker.list_approvals(run_id=run_id)[0].id
 
 
 def test_approver_sees_reasoning_and_arguments_and_approves(

@@ -12,23 +12,14 @@ from agent_worker.console.app import create_app
 from agent_worker.console.users import UserBook
 from agent_worker.inprocess import InProcessWorker
 from tests.console.agents import HOSTILE
-from tests.console.conftest import PASSWORD, csrf_of
-from tests.principals import acting
-
-
-def _started(worker: InProcessWorker, agent: str, tenant: str = "acme",
-             labels: dict[str, str] | None = None) -> str:
-    run = acting(worker, "app", "submitter", tenant=tenant).start_run(agent, "go",
-                                                                     labels=labels)
-    worker.run_until_idle()
-    return run.id
+from tests.console.conftest import PASSWORD, csrf_of, started
 
 
 def test_runs_page_counts_filters_and_tenant_isolation(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
-    waiting = _started(worker, "refunds", labels={"customer": "c-9"})
-    failed = _started(worker, "fails")
-    theirs = _started(worker, "fails", tenant="globex")
+    waiting = started(worker, "refunds", labels={"customer": "c-9"})
+    failed = started(worker, "fails")
+    theirs = started(worker, "fails", tenant="globex")
     alice = login("alice")
     page = alice.get("/runs").text
     assert re.search(r'data-status="waiting" href="[^"]*">waiting <span class="n">1<', page)
@@ -53,7 +44,7 @@ def test_runs_page_counts_filters_and_tenant_isolation(
 
 def test_failed_run_page_shows_the_error_and_the_failing_lap(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
-    failed = _started(worker, "fails")
+    failed = started(worker, "fails")
     page = login("bob").get(f"/runs/{failed}")
     assert page.status_code == 200
     assert 'id="run-status" data-status="failed"' in page.text
@@ -65,7 +56,7 @@ def test_failed_run_page_shows_the_error_and_the_failing_lap(
 
 def test_markup_from_tools_renders_as_text(worker: InProcessWorker,
                                            login: Callable[[str], TestClient]) -> None:
-    run = _started(worker, "refunds")
+    run = started(worker, "refunds")
     page = login("alice").get(f"/runs/{run}").text
     assert HOSTILE not in page and "<script>document" not in page
     assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt;" in page
@@ -82,7 +73,7 @@ def test_long_runs_are_paged(tmp_path: object, users: UserBook,
     form = browser.get("/login")
     browser.post("/login", data={"username": "bob", "password": PASSWORD,
                                  "csrf_token": csrf_of(form.text)})
-    run = _started(worker, "refunds")  # 2 laps, 4 messages
+    run = started(worker, "refunds")  # 2 laps, 4 messages
     first = browser.get(f"/runs/{run}").text
     messages = re.findall(r'data-seq="(\d+)"', first)
     assert messages == ["3", "2"] and 'id="messages-older"' in first
@@ -93,7 +84,7 @@ def test_long_runs_are_paged(tmp_path: object, users: UserBook,
 
 def test_timeline_marks_a_retried_lap(worker: InProcessWorker,
                                       login: Callable[[str], TestClient]) -> None:
-    run = _started(worker, "flaky")
+    run = started(worker, "flaky")
     page = login("bob").get(f"/runs/{run}").text
     row = re.search(r'<tr data-lap="1"[^>]*>', page)
     assert row is not None and 'data-retried="true"' in row.group(0)
