@@ -14,7 +14,11 @@
       if (finished(region)) { return; }
       if (document.hidden) { window.setTimeout(tick, every); return; }
       fetch(region.getAttribute("data-live"), {credentials: "same-origin"})
-        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (r) {
+          // A session that expired answers with the login page: show it whole.
+          if (r.redirected) { window.location.reload(); return null; }
+          return r.ok ? r.text() : null;
+        })
         .then(function (html) {
           if (html !== null && !region.contains(document.activeElement)) {
             region.innerHTML = html;
