@@ -318,3 +318,20 @@ class LeaseLost(LapInterrupted):
 
 class RunCancelled(LapInterrupted):
     """Raised when the run was cancelled while this lap was in flight."""
+
+
+# --- the run console: who is at the browser ---------------------------------------
+
+
+class ConsoleAuthError(PermissionDeniedError):
+    """Raised when the run console cannot tell who is at the browser: a wrong
+    password, an expired or forged session, a proxy header naming nobody."""
+
+    code = "console_auth"
+
+
+class CsrfRefusedError(PermissionDeniedError):
+    """Raised when a console form arrives without this session's CSRF token
+    (a forged cross-site POST); nothing is done."""
+
+    code = "csrf_refused"

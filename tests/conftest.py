@@ -15,16 +15,18 @@ from pathlib import Path
 import pytest
 
 from agent_worker.agent import Registry
-from tests.support import ROOT, TEST_AGENTS, Fleet, lock_redis_db, logs
+from tests.support import (
+    ROOT,
+    Fleet,
+    client_on,
+    lock_redis_db,
+    logs,
+    unavailable,
+    worker_environ,
+)
 
 PG_ADMIN = os.environ.get("AGENT_WORKER_TEST_PG", "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker")
 REDIS = os.environ.get("AGENT_WORKER_TEST_REDIS", "redis://127.0.0.1:63799")
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"required service unavailable in CI: {why}")
-    pytest.skip(why)
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def services() -> None:
         done = subprocess.run([str(ROOT / "deploy/local/services.sh"), "start"],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            _unavailable(f"could not start local services: {done.stderr[-500:]}")
+            unavailable(f"could not start local services: {done.stderr[-500:]}")
 
 
 @pytest.fixture(scope="session")
@@ -56,7 +58,7 @@ def database_url(services: None) -> Iterator[str]:
         with admin.connect() as c:
             c.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as e:
-        _unavailable(f"postgres not reachable at {PG_ADMIN}: {e}")
+        unavailable(f"postgres not reachable at {PG_ADMIN}: {e}")
     url = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
     upgrade(url)
     _install_test_clock(url, name)
@@ -139,29 +141,15 @@ def broker_url(services: None) -> Iterator[str]:
         r.close()
     except Exception as e:
         lock.close()
-        _unavailable(f"redis not reachable at {url}: {e}")
+        unavailable(f"redis not reachable at {url}: {e}")
     yield url
     lock.close()
 
 
 @pytest.fixture
 def worker_env(database_url: str, broker_url: str, tmp_path: Path) -> dict[str, str]:
-    """Environment for worker, beat and CLI subprocesses: short leases and sweeps
-    so recovery happens within a test's patience."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        AGENT_WORKER_DATABASE_URL=database_url,
-        AGENT_WORKER_BROKER_URL=broker_url,
-        AGENT_WORKER_AGENT_MODULES=TEST_AGENTS,
-        AGENT_WORKER_LEASE_TTL_SECONDS="3",
-        AGENT_WORKER_HEARTBEAT_INTERVAL_SECONDS="1",
-        AGENT_WORKER_SWEEP_INTERVAL_SECONDS="0.5",
-        AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5",
-        AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
-        AGENT_WORKER_FAULT_DIR=str(tmp_path / "faults"),
-    )
-    return env
+    """Environment for worker, beat and CLI subprocesses (``worker_environ``)."""
+    return worker_environ(database_url, broker_url, tmp_path / "faults")
 
 
 @pytest.fixture
@@ -176,20 +164,4 @@ def fleet(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Fleet]:
 @pytest.fixture
 def aw(worker_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """An ``AgentWorker`` for the test process, on the same database and broker."""
-    import agent_worker.api as api
-    from agent_worker.settings import get_settings
-
-    for k, v in worker_env.items():
-        if k.startswith("AGENT_WORKER_"):
-            monkeypatch.setenv(k, v)
-    get_settings.cache_clear()
-    from tasks import app
-
-    app.conf.update(broker_url=worker_env["AGENT_WORKER_BROKER_URL"])
-    api.configure(None)
-    client = api.client()
-    yield client
-
-    client.rt.store.dispose()
-    api.configure(None)
-    get_settings.cache_clear()
+    yield from client_on(worker_env, monkeypatch)

@@ -12,9 +12,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
+
+import pytest
+
+if TYPE_CHECKING:
+    from agent_worker.api import AgentWorker
+    from store.base import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENTS = "agent_worker.demo.refund_desk,tests.agents"
@@ -31,6 +38,67 @@ def default_timing() -> dict[str, str]:
                          "retry_backoff_seconds")}
 
 
+def unavailable(why: str) -> NoReturn:
+    """Skip the test locally when something it needs (a service, the browser) is
+    missing; fail it in CI (``CI`` set), so evidence never silently disappears."""
+    if os.environ.get("CI"):
+        pytest.fail(f"required service unavailable in CI: {why}")
+    pytest.skip(why)
+
+
+def worker_environ(database_url: str, broker_url: str, fault_dir: Path,
+                   agent_modules: str = TEST_AGENTS) -> dict[str, str]:
+    """Environment for worker, beat, CLI and console subprocesses: this process's
+    environment without its ``AGENT_WORKER_*``, the test services, and short
+    leases and sweeps so recovery happens within a test's patience."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        AGENT_WORKER_DATABASE_URL=database_url,
+        AGENT_WORKER_BROKER_URL=broker_url,
+        AGENT_WORKER_AGENT_MODULES=agent_modules,
+        AGENT_WORKER_LEASE_TTL_SECONDS="3",
+        AGENT_WORKER_HEARTBEAT_INTERVAL_SECONDS="1",
+        AGENT_WORKER_SWEEP_INTERVAL_SECONDS="0.5",
+        AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5",
+        AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
+        AGENT_WORKER_FAULT_DIR=str(fault_dir),
+    )
+    return env
+
+
+def client_on(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[AgentWorker]:
+    """An ``AgentWorker`` for the test process on ``env``'s database and broker
+    (the ``aw`` fixture; module-scoped fixtures pass ``MonkeyPatch.context()``):
+    its ``AGENT_WORKER_*`` set, settings re-read, and all of it undone after."""
+    import agent_worker.api as api
+    from agent_worker.settings import get_settings
+
+    for k, v in env.items():
+        if k.startswith("AGENT_WORKER_"):
+            monkeypatch.setenv(k, v)
+    get_settings.cache_clear()
+    from tasks import app
+
+    app.conf.update(broker_url=env["AGENT_WORKER_BROKER_URL"])
+    api.configure(None)
+    client = api.client()
+    yield client
+
+    client.rt.store.dispose()
+    api.configure(None)
+    get_settings.cache_clear()
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 within two seconds (a server's readiness probe)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status) == 200
+    except OSError:
+        return False
+
+
 def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1,
              what: str = "condition") -> Any:
     """Poll ``cond`` until truthy; fail with ``what`` after ``timeout`` seconds."""
@@ -42,6 +110,19 @@ def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def run_reaching(aw: AgentWorker, run_id: str, status: str, *,
+                 timeout: float = 60.0) -> RunRecord:
+    """The run once its status is ``status`` (workers move it, the database says
+    when); fails after ``timeout`` seconds naming the run and the status."""
+    def reached() -> RunRecord | None:
+        run = aw.get_run(run_id)
+        return run if run.status == status else None
+
+    found: RunRecord = wait_for(reached, timeout=timeout, interval=0.2,
+                                what=f"run {run_id} to be {status}")
+    return found
 
 
 def lock_redis_db(numbers: Iterable[int]) -> tuple[IO[str], int] | None:

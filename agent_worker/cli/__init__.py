@@ -17,6 +17,7 @@ import typer
 
 from agent_worker.cli import actions, audit, ops, runs, schedules, share, state
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
+from agent_worker.console import command as console_command
 from agent_worker.principal import default_principal
 from agent_worker.settings import get_settings
 from store import tenancy
@@ -47,6 +48,7 @@ app.command("metrics")(ops.metrics)
 app.command("demo")(ops.demo)
 app.command("queues")(share.queues)
 app.add_typer(share.share_app, name="share")
+app.add_typer(console_command.app, name="console")
 
 
 def main(argv: list[str] | None = None) -> int:

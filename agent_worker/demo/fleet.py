@@ -17,7 +17,7 @@ from pathlib import Path
 
 # What a kept process's command line must contain before we signal its pid:
 # after a reboot the pid may belong to someone else.
-OURS = ("celery", "agent_worker.demo.vendor")
+OURS = ("celery", "agent_worker.demo.vendor", "agent_worker.cli console")
 
 # Celery warns that the worker runs as root; the demo does, on a throwaway
 # machine (README, "Running as root", says what to do in production).
@@ -33,9 +33,13 @@ class Fleet:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     extra_pids: dict[str, int] = field(default_factory=dict)
 
-    def spawn(self, role: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, role: str, args: list[str],
+              extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start ``python args`` as ``role``; ``extra_env`` only for this process
+        (the console's users stay out of the workers' environment)."""
         with open(self.logdir / f"{role}.log", "ab") as out:
-            proc = subprocess.Popen([sys.executable, *QUIET_ROOT, *args], env=self.env,
+            proc = subprocess.Popen([sys.executable, *QUIET_ROOT, *args],
+                                    env={**self.env, **(extra_env or {})},
                                     stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs[role] = proc

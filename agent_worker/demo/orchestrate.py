@@ -1,10 +1,11 @@
-"""The README's demo, end to end: a vendor, two workers, beat and Flower on the
-configured Postgres and Redis; it submits refund-desk runs, SIGKILLs one worker
+"""The README's demo, end to end: a vendor, two workers, beat, Flower and the
+run console on the configured Postgres and Redis; it submits refund-desk runs, SIGKILLs one worker
 mid-run, starts a replacement, and shows every run finished with each lap
 committed exactly once and every refund landed exactly once at the vendor.
 
-By default the fleet stays up afterwards (Flower, ``agent-worker submit``, ``runs
-list`` work against it) until ``--stop``; ``--no-keep`` tears it down at the end.
+By default the fleet stays up afterwards (the console, Flower, ``agent-worker
+submit``, ``runs list`` work against it, and a ``goodwill-credit`` run waits in
+the console's approvals inbox) until ``--stop``; ``--no-keep`` tears it down at the end.
 Run it through ``deploy/local/demo.sh`` (which installs and starts services).
 ``AGENT_WORKER_DEMO_RUNS`` sets the default number of runs (tests use fewer).
 """
@@ -12,21 +13,27 @@ Run it through ``deploy/local/demo.sh`` (which installs and starts services).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from agent_worker.api import AgentWorker, client
+from agent_worker.console.users import hash_password
+from agent_worker.demo import goodwill
 from agent_worker.demo.fleet import Fleet, stop_saved
 from agent_worker.demo.vendor import VendorProcess, start_vendor
+from agent_worker.settings import get_settings
 from agent_worker.vocabulary import TERMINAL
 from store.base import RunRecord
 
 FLEET_FILE = Path(".data/demo-fleet.json")
+CONSOLE_USER = "demo"
 PROGRESS_EVERY = 2.0  # seconds: no silent wait longer than this
 
 
@@ -90,16 +97,46 @@ def _run_demo(aw: AgentWorker, fleet: Fleet, vendor: VendorProcess, runs_wanted:
     return ok
 
 
-def _print_kept(fleet: Fleet, flower: str, auth: str) -> None:
+def _print_kept(fleet: Fleet, flower: str, auth: str, console: str, password: str) -> None:
+    """The demo's last lines: how to stop the fleet, then where to look, the
+    console last (what a newcomer opens first)."""
     print(f"""
-The fleet is still running, so you can look around:
-  Flower     {flower}  (user:password {auth}, also in .data/flower-auth);
-             search kwargs:run_id=<id> under Tasks
+The fleet is still running, so you can look around. Stop it with
+  deploy/local/demo.sh --stop     (workers, beat, Flower, the console, the demo's vendor)
+  deploy/local/services.sh stop   (Postgres, Redis and the vendor of services.sh)
+Where to look:
+  logs       {fleet.logdir}
   runs       agent-worker runs list   |   agent-worker runs show RUN --laps
   a new run  agent-worker submit refund-desk --wait
-  logs       {fleet.logdir}
-Stop it:     deploy/local/demo.sh --stop     (workers, beat, Flower, the demo's vendor)
-             deploy/local/services.sh stop   (Postgres, Redis and the vendor of services.sh)""")
+  Flower     {flower}  (user:password {auth}, also in .data/flower-auth);
+             search kwargs:run_id=<id> under Tasks
+  Console    {console}  (user {CONSOLE_USER}, password {password}, also in
+             .data/console-auth): the runs, their laps and effects, and a
+             goodwill-credit run waiting for your approval under Approvals""")
+
+
+def _serving(url: str, timeout: float = 30.0) -> bool:
+    """Whether ``url`` answers 200 within ``timeout`` seconds (the console's
+    readiness probe), so the demo never prints the address of a dead console."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if int(resp.status) == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def _console_env(password: str, flower: str) -> dict[str, str]:
+    """The console's settings: one admin user across tenants (the demo's runs
+    belong to the single-tenant default), also in the goodwill approvers' group."""
+    user = {"id": CONSOLE_USER, "tenant": "*", "roles": ["admin", goodwill.OWNER],
+            "password_hash": hash_password(password)}
+    return {"AGENT_WORKER_CONSOLE_USERS": json.dumps([user]),
+            "AGENT_WORKER_CONSOLE_FLOWER_URL": flower}
 
 
 def _save_auth(path: Path, auth: str) -> None:
@@ -118,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int,
                         default=int(os.environ.get("AGENT_WORKER_DEMO_RUNS", "5")))
     parser.add_argument("--flower-port", type=int, default=5555)
+    parser.add_argument("--console-port", type=int, default=8090)
     parser.add_argument("--keep", action=argparse.BooleanOptionalAction, default=True,
                         help="Leave the fleet running after the demo (default).")
     parser.add_argument("--stop", action="store_true",
@@ -137,9 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     # saved in .data/flower-auth for the README's curl. Flower listens on loopback.
     auth = os.environ.get("FLOWER_BASIC_AUTH") or f"demo:{secrets.token_urlsafe(12)}"
     _save_auth(opts.fleet_file.parent / "flower-auth", auth)
-    env = {**os.environ, "AGENT_WORKER_VENDOR_URL": vendor.url, "FLOWER_BASIC_AUTH": auth}
+    password = secrets.token_urlsafe(12)
+    _save_auth(opts.fleet_file.parent / "console-auth", f"{CONSOLE_USER}:{password}")
+    # The workers and the console also load the goodwill agent the demo leaves waiting.
+    modules = f"{get_settings().agent_modules},{goodwill.__name__}"
+    env = {**os.environ, "AGENT_WORKER_VENDOR_URL": vendor.url, "FLOWER_BASIC_AUTH": auth,
+           "AGENT_WORKER_AGENT_MODULES": modules}
     fleet = Fleet(logdir, env, extra_pids={"vendor": vendor.pid or 0})
     flower = f"http://127.0.0.1:{opts.flower_port}"
+    console = f"http://127.0.0.1:{opts.console_port}"
     kept = False
     try:
         fleet.worker(1)
@@ -148,12 +192,21 @@ def main(argv: list[str] | None = None) -> int:
                              str(logdir / "beat.db")])
         fleet.spawn("flower", ["-m", "celery", "-A", "tasks", "flower",
                                f"--port={opts.flower_port}", "--address=127.0.0.1"])
-        print(f"logs in {logdir}; Flower on {flower} (user:password {auth})", flush=True)
-        ok = _run_demo(client(), fleet, vendor, opts.runs)
+        fleet.spawn("console", ["-m", "agent_worker.cli", "console", "--host", "127.0.0.1",
+                                "--port", str(opts.console_port)],
+                    extra_env=_console_env(password, flower))
+        print(f"logs in {logdir}; Flower on {flower} (user:password {auth}); "
+              f"console on {console}", flush=True)
+        aw = client()
+        ok = _run_demo(aw, fleet, vendor, opts.runs)
+        if not _serving(f"{console}/healthz"):
+            print(f"demo: the console did not come up; see {logdir / 'console.log'}")
+            ok = False
         if opts.keep:
-            fleet.save(opts.fleet_file, flower=flower)
+            aw.start_run(goodwill.goodwill_credit.name, {"order_id": "ord-042"})
+            fleet.save(opts.fleet_file, flower=flower, console=console)
             kept = True
-            _print_kept(fleet, flower, auth)
+            _print_kept(fleet, flower, auth, console, password)
     finally:
         if not kept:
             fleet.stop()

@@ -2,7 +2,8 @@
 # The main job, on a fresh machine, as root: install what is missing, start a
 # project-local Postgres, Redis and demo vendor (unless AGENT_WORKER_DATABASE_URL /
 # AGENT_WORKER_BROKER_URL point elsewhere), migrate, then run the demo. The
-# demo's fleet (workers, beat, Flower) stays up afterwards; stop it with
+# demo's fleet (workers, beat, Flower, the run console on http://127.0.0.1:8090
+# with a generated password it prints) stays up afterwards; stop it with
 #   deploy/local/demo.sh --stop        and the services with
 #   deploy/local/services.sh stop
 # --no-keep tears the fleet down when the demo ends; --runs N submits N runs.

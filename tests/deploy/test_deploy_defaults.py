@@ -168,6 +168,22 @@ def test_the_demo_password_is_random_and_saved_for_its_owner_only(tmp_path: Path
     assert path.read_text() == "demo:abc" and (path.stat().st_mode & 0o777) == 0o600
 
 
+def test_the_demo_console_login_is_the_printed_random_password_stored_only_hashed() -> None:
+    """demo.sh prints a generated console password; the console gets its hash only,
+    and the demo user sees every tenant and may decide the goodwill run it left."""
+    from agent_worker.console.users import UserBook
+    from agent_worker.demo import goodwill, orchestrate
+
+    env = orchestrate._console_env("pw-4f9-printed", "http://127.0.0.1:5555")
+    users = env["AGENT_WORKER_CONSOLE_USERS"]
+    assert "pw-4f9-printed" not in users
+    book = UserBook.parse(users)
+    user = book.login(orchestrate.CONSOLE_USER, "pw-4f9-printed")
+    assert user is not None and user.principal.all_tenants
+    assert user.principal.member_of(goodwill.OWNER)
+    assert book.login(orchestrate.CONSOLE_USER, "demo") is None
+
+
 # --------------------------------------------------------------------------- kubernetes
 
 K8S = DEPLOY / "k8s"

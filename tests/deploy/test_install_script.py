@@ -16,13 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 WARNING = "WARNING: Location 'file:///opt/x/simple/click/' is ignored"
 
 
-def fake_bin(tmp_path: Path, pip_exit: int) -> Path:
+def fake_bin(tmp_path: Path, pip_exit: int, missing: tuple[str, ...] = ()) -> Path:
+    """Fake installers on a directory for PATH; the programs install.sh looks for
+    are present unless named in ``missing``; apt-get appends its arguments to
+    ``apt-get.args`` next to the directory."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    present = {name: "exit 0" for name in ("redis-server", "promtool", "pg_config", "chromium")
+               if name not in missing}
     scripts = {
         # What install.sh looks for before it calls apt-get: present, so no apt.
-        "redis-server": "exit 0", "promtool": "exit 0", "pg_config": "exit 0",
-        "apt-get": f"echo {WARNING!r} >&2; exit 0",
+        **present,
+        "apt-get": f'echo "$@" >> {tmp_path / "apt-get.args"}; echo {WARNING!r} >&2; exit 0',
         "python": f"echo {WARNING!r} >&2; echo 'ERROR: no matching distribution' >&2; "
                   f"exit {pip_exit}",
     }
@@ -33,12 +38,14 @@ def fake_bin(tmp_path: Path, pip_exit: int) -> Path:
     return bin_dir
 
 
-def run_install(tmp_path: Path, pip_exit: int) -> subprocess.CompletedProcess[str]:
-    if shutil.which("bash") is None:
+def run_install(tmp_path: Path, pip_exit: int, missing: tuple[str, ...] = (),
+                system_path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+    bash = shutil.which("bash")
+    if bash is None:
         pytest.skip("bash not installed")
-    env = {**os.environ, "PATH": f"{fake_bin(tmp_path, pip_exit)}:/usr/bin:/bin",
+    env = {**os.environ, "PATH": f"{fake_bin(tmp_path, pip_exit, missing)}:{system_path}",
            "TMPDIR": str(tmp_path)}
-    return subprocess.run(["bash", str(ROOT / "deploy/local/install.sh")], env=env,
+    return subprocess.run([bash, str(ROOT / "deploy/local/install.sh")], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -54,3 +61,21 @@ def test_install_shows_installer_output_when_it_fails(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "no matching distribution" in result.stderr
     assert "failed" in result.stderr
+
+
+def test_install_asks_apt_for_chromium_when_no_browser_is_installed(tmp_path: Path) -> None:
+    """The browser tests need the OS's Chromium (Playwright's download is
+    unreachable): a machine without it gets the Debian package. Only the few
+    tools install.sh itself uses are on PATH, so a real chromium is not found."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("mktemp", "dirname", "rm", "cat", "ls", "env"):
+        found = shutil.which(name)
+        assert found is not None, name
+        (tools / name).symlink_to(found)
+    result = run_install(tmp_path, pip_exit=0, missing=("chromium",), system_path=str(tools))
+    assert result.returncode == 0, result.stderr
+    assert "chromium" in result.stdout
+    installs = [line.split() for line in (tmp_path / "apt-get.args").read_text().splitlines()
+                if line.startswith("install")]
+    assert installs and "chromium" in installs[0], installs

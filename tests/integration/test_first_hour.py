@@ -28,6 +28,7 @@ from tests.support_docs import readme_walkthrough
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FLOWER_PORT = 5555  # the walkthrough's curl talks to the demo's Flower there
+CONSOLE_PORT = 8090  # the demo's console
 
 
 def _port_taken(port: int) -> bool:
@@ -55,10 +56,11 @@ def test_first_hour_on_a_fresh_clone(database_url: str, broker_url: str,
                                      tmp_path: Path) -> None:
     if shutil.which("git") is None or os.geteuid() != 0:
         pytest.skip("needs git and root (the README's commands are written for root)")
-    if _port_taken(FLOWER_PORT):
-        if os.environ.get("CI"):
-            pytest.fail(f"port {FLOWER_PORT} is taken; the demo's Flower needs it")
-        pytest.skip(f"port {FLOWER_PORT} is taken on this machine (another Flower)")
+    for port, who in ((FLOWER_PORT, "Flower"), (CONSOLE_PORT, "console")):
+        if _port_taken(port):
+            if os.environ.get("CI"):
+                pytest.fail(f"port {port} is taken; the demo's {who} needs it")
+            pytest.skip(f"port {port} is taken on this machine (another {who})")
     clone, venv = tmp_path / "agent-worker", tmp_path / "venv"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=60)
     # No pip of its own: the system's pip, run by the venv's python, installs into the venv.
@@ -70,10 +72,14 @@ def test_first_hour_on_a_fresh_clone(database_url: str, broker_url: str,
                AGENT_WORKER_DATABASE_URL=database_url, AGENT_WORKER_BROKER_URL=broker_url,
                AGENT_WORKER_DEMO_RUNS="2")
     try:
-        demo = _assert_clean("deploy/local/demo.sh",
-                             _sh("deploy/local/demo.sh", clone, env, timeout=300))
+        ran = _sh("deploy/local/demo.sh", clone, env, timeout=300)
+        demo = _assert_clean("deploy/local/demo.sh", ran)
         assert "demo OK" in demo and "The fleet is still running" in demo, demo[-3000:]
         assert "WARNING" not in demo, "the installers' warnings reached the demo's output"
+        # The last lines say where to look, the console (address and login) last.
+        password = (clone / ".data/console-auth").read_text().split(":", 1)[1]
+        assert f"Console    http://127.0.0.1:{CONSOLE_PORT}" in demo
+        assert f"password {password}" in "".join(ran.stdout.rstrip().splitlines()[-3:])
         after_kill = demo.split("SIGKILLed worker 1", 1)[1].split("demo OK")[0]
         assert "  ... " in after_kill, "no progress line while the runs recover"
         logdir = Path(demo.split("logs in ", 1)[1].split(";", 1)[0])

@@ -39,7 +39,6 @@ import subprocess
 import sys
 import time
 import tomllib
-import urllib.request
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -47,7 +46,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, answers, wait_for
 from tests.support_docs import commands, readme_walkthrough
 
 pytestmark = pytest.mark.integration
@@ -82,14 +81,6 @@ def run(command: str, env: Env) -> None:
     assert done.returncode == 0 and "Traceback" not in output, f"{command}:\n{output[-3000:]}"
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return int(resp.status) == 200
-    except OSError:
-        return False
-
-
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
@@ -97,14 +88,15 @@ def _port_free(port: int) -> bool:
 
 def serve(command: str, env: Env) -> None:
     port = re.search(r"--port[= ](\d+)", command)
-    if "metrics" in command or "flower" in command:
-        number = int(port.group(1)) if port else 9100
+    if "metrics" in command or "flower" in command or " console" in command:
+        number = int(port.group(1)) if port else (8090 if " console" in command else 9100)
         if not _port_free(number):
             if os.environ.get("CI"):
                 pytest.fail(f"port {number} is taken; cannot check {command!r}")
             pytest.skip(f"port {number} is taken on this machine")
-        path = "/metrics" if "metrics" in command else "/healthcheck"
-        ready: Callable[[str], bool] = lambda _log: _answers(  # noqa: E731
+        path = ("/metrics" if "metrics" in command
+                else "/healthz" if " console" in command else "/healthcheck")
+        ready: Callable[[str], bool] = lambda _log: answers(  # noqa: E731
             f"http://127.0.0.1:{number}{path}")
     else:
         mark = "beat: Starting" if " beat" in command else " ready."
@@ -223,6 +215,7 @@ RULES: list[tuple[str, Check]] = [
      r"|agent-worker runs list --agent-version OLD --status running"
      r"|deploy/local/services\.sh start", run),
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
+     r"|agent-worker console --host 127\.0\.0\.1 --port 8090"
      r"|celery -A tasks (flower --port=5555 --address=127.0.0.1|beat --loglevel INFO"
      r"|worker --concurrency 4 --loglevel INFO --without-mingle)", serve),
     (r"deploy/local/(demo|test|install)\.sh", first_hour),
@@ -233,6 +226,7 @@ RULES: list[tuple[str, Check]] = [
      r"|agent-worker runs state RUN"
      r"|python -m bench\.\w+( .*)?", usage),
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
+    (r"agent-worker console hash-password( --stdin)?", usage),
     (r"agent-worker runs follow RUN .*", usage),
     (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN|runs list --parent RUN"
      r"|submit [a-z-]+ .*)", usage),

@@ -1,0 +1,108 @@
+"""Actions on a run: a confirmation page that says what each will do to the
+world, then the POST that does it through the API acting as the visitor.
+
+The buttons are shown only for verbs the authorizer allows (``run.allowed_
+actions``), but nothing here relies on that: the API checks the role on the
+POST and refuses (403 page, audit entry) whatever the form said.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import RedirectResponse, Response
+
+from agent_worker.console.context import Ctx
+from agent_worker.console.run import RUN_VERBS
+from agent_worker.errors import InvalidInputError, NotFoundError
+from store.base import EffectRecord, RunRecord
+
+
+def _verb(ctx: Ctx) -> str:
+    verb = ctx.request.path_params["verb"]
+    if verb not in RUN_VERBS:
+        raise NotFoundError(f"unknown action {verb[:40]!r}")
+    return str(verb)
+
+
+def consequences(verb: str, run: RunRecord, effects: list[EffectRecord]) -> list[str]:
+    """What ``verb`` will do to the world, in sentences, for the confirmation page."""
+    undo = [e for e in effects if e.kind == "compensatable" and e.status == "applied"]
+    kept = [e for e in effects if e.kind == "irreversible" and e.status == "applied"]
+    if verb == "cancel":
+        lines = ["The run stops at its next lap boundary; a lap in flight finishes first."]
+        lines.append(f"{len(undo)} applied compensatable effect(s) will be undone, newest "
+                     f"first: {', '.join(e.key + ' ' + e.tool_name for e in undo)}."
+                     if undo else "No applied effect will be undone (none is compensatable).")
+        if kept:
+            lines.append(f"{len(kept)} irreversible effect(s) already applied stay applied.")
+        return lines
+    if verb == "signal":
+        return ["The signal is stored durably and delivered into one lap; a run waiting "
+                "for this name resumes, the model sees the payload.",
+                "Nothing outside runs until the model acts on it."]
+    if verb == "retry":
+        return [f"The run resumes from its last checkpoint (lap {run.lap}) and replays lap "
+                f"{run.next_lap}.",
+                "Effects already applied are reused from the ledger, not sent again; calls "
+                "that never landed are made (idempotent ones with the same key)."]
+    if verb == "fork":
+        return ["A new run starts from this run's state after the lap you choose; this run "
+                "is untouched.",
+                "The new run's tool calls get new keys: what it does from there acts on the "
+                "world again (a refund in the new run is a new refund)."]
+    return ["You record whether an effect of unknown outcome landed.",
+            "Applied: the run continues with the result you give, the tool is not called "
+            "again. Not applied: the run calls the tool again with the same key."]
+
+
+def confirm(ctx: Ctx) -> Response:
+    verb = _verb(ctx)
+    run = ctx.aw.get_run(ctx.request.path_params["run_id"])
+    effects = ctx.aw.effects(run.id)
+    return ctx.render("confirm.html", verb=verb, run=run,
+                      consequences=consequences(verb, run, effects),
+                      unknown=[e for e in effects if e.status in ("unknown", "pending")],
+                      selected=ctx.query.get("key") or "")
+
+
+def act(ctx: Ctx) -> Response:
+    verb = _verb(ctx)
+    aw, f = ctx.aw, ctx.form
+    run_id = ctx.request.path_params["run_id"]
+    target = run_id
+    if verb == "cancel":
+        aw.cancel(run_id, reason=(f.get("reason") or "").strip() or "cancelled from the console")
+    elif verb == "signal":
+        aw.send_signal(run_id, (f.get("name") or "").strip(), _json(f.get("payload"), "payload"))
+    elif verb == "retry":
+        aw.retry(run_id)
+    elif verb == "fork":
+        lap = (f.get("lap") or "").strip()
+        if not lap.isdigit():
+            raise InvalidInputError("lap must be a whole number")
+        target = aw.fork(run_id, int(lap), new_run_id=(f.get("new_run_id") or "").strip()
+                         or None).id
+    else:
+        key = (f.get("key") or "").strip()
+        if not key.startswith(f"{run_id}:"):
+            raise NotFoundError(f"unknown effect {key[:80]!r} of run {run_id}")
+        if f.get("applied") not in ("yes", "no"):
+            raise InvalidInputError("say whether the effect landed (applied yes or no)")
+        aw.resolve_effect(key, applied=f.get("applied") == "yes",
+                          result=_json(f.get("result"), "result"))
+    return RedirectResponse(f"/runs/{target}?done={verb}", status_code=303)
+
+
+def _json(raw: str | None, what: str) -> Any:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise InvalidInputError(f"{what} is not JSON: {e}") from e
+
+
+__all__ = ["act", "confirm", "consequences"]

@@ -1,0 +1,81 @@
+"""The console's ASGI app: routes, templates, static files.
+
+``create_app(worker)`` is what tests and ``agent-worker console`` serve. The
+Jinja environment escapes everything (``autoescape=True`` for every template,
+whatever its name): model and tool text is data, never markup.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from agent_worker.api import AgentWorker, client
+from agent_worker.console import actions, approvals, run
+from agent_worker.console.auth import login_page, logout_page
+from agent_worker.console.context import Console, Page, handler
+from agent_worker.console.runs import runs_page
+from agent_worker.console.session import Sessions
+from agent_worker.console.users import UserBook
+from agent_worker.console.views import FILTERS
+from agent_worker.settings import Settings, get_settings
+
+HERE = Path(__file__).parent
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(FILTERS)
+    return env
+
+
+def create_app(worker: AgentWorker | None = None, *, settings: Settings | None = None,
+               users: UserBook | None = None) -> Starlette:
+    """The console over ``worker`` (default: the configured ``client()``), its
+    users from ``users`` or ``AGENT_WORKER_CONSOLE_USERS``."""
+    aw = worker or client()
+    s = settings or aw.rt.settings
+    book = users if users is not None else UserBook.parse(s.console_users)
+    sessions = Sessions(book, secret=s.console_secret,
+                        max_age_seconds=s.console_session_hours * 3600,
+                        proxy_header=s.console_proxy_header)
+    console = Console(aw=aw, sessions=sessions, env=environment(), settings=s)
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/runs", status_code=303)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    def page(path: str, fn: Page, methods: list[str] | None = None) -> Route:
+        return Route(path, handler(console, fn), methods=methods or ["GET"])
+
+    routes: list[BaseRoute] = [
+        Route("/", home), Route("/healthz", healthz),
+        Route("/login", login_page(console), methods=["GET", "POST"]),
+        Route("/logout", logout_page(console), methods=["POST"]),
+        page("/runs", runs_page),
+        page("/runs/{run_id}", run.run_page),
+        page("/runs/{run_id}/live", run.live_fragment),
+        page("/approvals", approvals.inbox),
+        page("/approvals/{approval_id}/decide", approvals.decide, ["POST"]),
+        page("/runs/{run_id}/actions/{verb}", actions.confirm),
+        page("/runs/{run_id}/actions/{verb}", actions.act, ["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+def app_from_settings() -> Starlette:
+    """For ``uvicorn --factory``: the console over the settings' store and broker."""
+    return create_app(settings=get_settings())
+
+
+__all__ = ["app_from_settings", "create_app", "environment"]

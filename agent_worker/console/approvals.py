@@ -1,0 +1,109 @@
+"""The approvals inbox and the decision it posts.
+
+The inbox lists pending approvals of the visitor's tenant, oldest first. Each
+is shown "for you" when the API's authorizer lets the visitor decide it (its
+roles grant approve and it is a member of the approval's owner), else "for
+others", read-only. The decision goes to ``AgentWorker.approve``/``reject``
+acting as the visitor, so a forged POST from someone the authorizer refuses
+gets the API's ``PermissionDeniedError`` (a 403 page, and an audit entry),
+whatever the page showed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.responses import RedirectResponse, Response
+
+from agent_worker.authorization import AccessRequest
+from agent_worker.console.context import Ctx
+from agent_worker.console.views import Pager
+from agent_worker.errors import InvalidInputError, UnknownAgentError
+from store.base import ApprovalRecord, RunRecord
+
+
+def _call_lap(a: ApprovalRecord) -> int | None:
+    """The lap that asked the call: its effect key is ``run:lap:call``."""
+    parts = a.effect_key.split(":")
+    return int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+
+
+def approval_card(ctx: Ctx, a: ApprovalRecord, run: RunRecord) -> dict[str, Any]:
+    """An approval with what the approver needs to decide it."""
+    aw = ctx.aw
+    lap = _call_lap(a)
+    reasoning = next((m.message.content for m in aw.messages(run.id)
+                      if m.lap == lap and m.message.role == "assistant"), None)
+    description = None
+    try:
+        tool = aw.rt.registry.get(run.agent_name, run.agent_version).tool(a.tool_name)
+        description = tool.description if tool is not None else None
+    except UnknownAgentError:
+        pass  # an agent this console process did not import: no description
+    owners = tuple(o for o in (a.owner, a.escalate_to) if o)
+    mine = aw.authorizer(aw.principal, AccessRequest("approve", run.tenant, run.id, owners))
+    return {"a": a, "run": run, "lap": lap, "reasoning": reasoning,
+            "description": description, "mine": mine,
+            "arguments": json.dumps(a.arguments, indent=2, ensure_ascii=False, sort_keys=True)}
+
+
+def inbox(ctx: Ctx) -> Response:
+    aw = ctx.aw
+    runs: dict[str, RunRecord] = {}
+    cards = []
+    for a in aw.list_approvals(status="pending"):
+        if a.run_id not in runs:
+            runs[a.run_id] = aw.get_run(a.run_id)
+        cards.append(approval_card(ctx, a, runs[a.run_id]))
+    size = ctx.console.settings.console_page_size
+    mine = [c for c in cards if c["mine"]]
+    others = [c for c in cards if not c["mine"]]
+    # Oldest first: the page shows the reversed newest-first pages.
+    return ctx.render("approvals.html",
+                      mine=_oldest_first(Pager.of(mine[::-1], ctx.query, "page", size)),
+                      others=_oldest_first(Pager.of(others[::-1], ctx.query, "others", size)),
+                      notice=ctx.query.get("done"), page_link=ctx.page_link)
+
+
+def _oldest_first(pager: Pager[Any]) -> Pager[Any]:
+    return Pager(pager.items[::-1], pager.page, pager.pages, pager.total, pager.param)
+
+
+def decide(ctx: Ctx) -> Response:
+    """POST: ``decision`` approve|reject, optional ``comment`` and, to approve with
+    edited arguments, ``arguments`` (a JSON object) differing from the model's."""
+    approval_id = ctx.request.path_params["approval_id"]
+    decision = ctx.form.get("decision")
+    comment = (ctx.form.get("comment") or "").strip() or None
+    if decision == "reject":
+        ctx.aw.reject(approval_id, comment=comment)
+    elif decision == "approve":
+        ctx.aw.approve(approval_id, comment=comment, arguments=_edited(ctx))
+    else:
+        raise InvalidInputError("decision must be approve or reject")
+    return RedirectResponse(f"/approvals?done={decision}d", status_code=303)
+
+
+def _edited(ctx: Ctx) -> dict[str, Any] | None:
+    """The approver's arguments, if they changed the model's; None to approve as asked."""
+    raw = (ctx.form.get("arguments") or "").strip()
+    original = (ctx.form.get("original_arguments") or "").strip()
+    if not raw or raw == original:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as e:
+        raise InvalidInputError(f"edited arguments are not JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise InvalidInputError("edited arguments must be a JSON object")
+    if original:
+        try:
+            if value == json.loads(original):
+                return None
+        except ValueError:
+            pass
+    return value
+
+
+__all__ = ["approval_card", "decide", "inbox"]

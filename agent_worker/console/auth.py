@@ -1,0 +1,79 @@
+"""Logging in and out of the console.
+
+The login form has its own CSRF token (double submit: a signed cookie and a
+hidden field that must match), so a cross-site page cannot log a browser into
+an account of the attacker's choosing. ``next`` only ever names a path of this
+console: an absolute URL is ignored, so the login cannot be used to bounce a
+user to another site.
+"""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from agent_worker.console.context import Console, Endpoint, render
+from agent_worker.console.session import CSRF_FIELD, csrf_ok
+
+
+def safe_next(value: str | None) -> str:
+    """A local path to go to after the login; anything else is the runs page."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/runs"
+
+
+def login_page(console: Console) -> Endpoint:
+    async def endpoint(request: Request) -> Response:
+        sessions = console.sessions
+        if request.method == "GET":
+            if sessions.visitor(request) is not None:
+                return RedirectResponse(safe_next(request.query_params.get("next")), 303)
+            token = sessions.login_token(request)
+            response = render(console, "login.html", next=safe_next(
+                request.query_params.get("next")), login_csrf=token, error=None)
+            sessions.remember_login_token(response, token)
+            return response
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        target = safe_next(form.get("next"))
+        if not sessions.login_token_ok(request, form.get(CSRF_FIELD, "")):
+            return _again(console, request, target, "The login form expired; try again.", 403)
+        user = await run_in_threadpool(sessions.users.login, form.get("username", ""),
+                                       form.get("password", ""))
+        if user is None:
+            return _again(console, request, target, "Unknown user or wrong password.", 401)
+        done = RedirectResponse(target, status_code=303)
+        sessions.start(done, user, https=request.url.scheme == "https")
+        return done
+
+    return endpoint
+
+
+def _again(console: Console, request: Request, target: str, error: str, status: int
+           ) -> Response:
+    token = console.sessions.login_token(request)
+    response = render(console, "login.html", status, next=target, login_csrf=token,
+                      error=error)
+    console.sessions.remember_login_token(response, token)
+    return response
+
+
+def logout_page(console: Console) -> Endpoint:
+    """POST only (a link could be followed by a cross-site image); needs the CSRF token."""
+
+    async def endpoint(request: Request) -> Response:
+        visitor = console.sessions.visitor(request)
+        form = await request.form()
+        sent = form.get(CSRF_FIELD)
+        response = RedirectResponse("/login", status_code=303)
+        if visitor is not None and isinstance(sent, str) and csrf_ok(visitor, sent):
+            console.sessions.end(response)
+            return response
+        return render(console, "error.html", 403, visitor=visitor, heading="Not allowed",
+                      code="csrf_refused", message="log out from the console's own button")
+
+    return endpoint
+
+
+__all__ = ["login_page", "logout_page", "safe_next"]

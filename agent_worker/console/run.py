@@ -1,0 +1,118 @@
+"""The run page: header, budget, lap timeline, messages, effect ledger,
+plan, family, events, the error of a failed run; and the live fragment the
+page re-fetches while the run moves.
+
+Everything is read through the API acting as the visitor (``get_run`` first:
+another tenant's run is a 404 before anything else is read). Long lists are
+paged on the server (``Pager``), so a run of 500 laps renders one page of each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from agent_worker.authorization import AccessRequest, Action
+from agent_worker.console.context import Ctx
+from agent_worker.console.views import Pager, lap_rows, page_number, pages
+from agent_worker.errors import ConfigurationError
+from agent_worker.vocabulary import TERMINAL
+from store import runpages, tenancy
+from store.base import RunRecord
+from store.sql import SqlStore
+
+__all__ = ["allowed_actions", "live_fragment", "run_page"]
+
+#: The run verbs the console offers, each shown only when the authorizer allows it
+#: (and refused by the API if posted anyway).
+RUN_VERBS: tuple[Action, ...] = ("cancel", "signal", "retry", "fork", "resolve")
+
+
+def allowed_actions(ctx: Ctx, run: RunRecord) -> list[str]:
+    """The verbs the visitor's roles allow on ``run`` (the API's authorizer)."""
+    principal = ctx.aw.principal
+    return [v for v in RUN_VERBS
+            if ctx.aw.authorizer(principal, AccessRequest(v, run.tenant, run.id))]
+
+
+def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
+    """What the page and its live fragment render: one page of each list,
+    read as one window (``store.runpages``) so a long run costs what a short
+    one does."""
+    aw, q = ctx.aw, ctx.query
+    size = ctx.console.settings.console_page_size
+    run = aw.get_run(run_id)  # the visitor may read it: everything below is this run's
+    state = aw.get_state(run.id)
+    store = aw.rt.store
+    if not isinstance(store, SqlStore):
+        raise ConfigurationError("the run console needs the SQL store")
+    lap_page = page_number(q, "laps", run.lap, size)
+    last = run.lap - (lap_page - 1) * size
+    with tenancy.scope(aw.principal.tenant):
+        w = runpages.run_window(
+            store, run.id, first=max(1, last - size + 1), last=last,
+            messages_page=_asked(q, "messages", size), events_page=_asked(q, "events", size),
+            effects_page=_asked(q, "effects", size))
+    events = Pager(w.events[0], w.events[2], pages(w.events[1], size), w.events[1], "events")
+    failing = None
+    if run.status == "failed" or run.error_code:
+        failing = {"lap": run.next_lap, "code": run.error_code, "message": run.error_message,
+                   "detail": run.error_detail,
+                   "events": [e for e in events.items if e.lap == run.next_lap][:5]}
+    plan = list(state.plan)
+    return {
+        "run": run, "state": state, "budget": budget(run, state.budget),
+        "cost": aw.cost(run), "finished": run.status in TERMINAL, "failing": failing,
+        "laps": Pager(lap_rows(run.id, w.commits, w.lap_messages, w.lap_effects), lap_page,
+                      pages(run.lap, size), run.lap, "laps"),
+        "messages": Pager(w.messages[0], w.messages[2], pages(w.messages[1], size),
+                          w.messages[1], "messages"),
+        "effects": Pager(w.effects[0], w.effects[2], pages(w.effects[1], size),
+                         w.effects[1], "effects"),
+        "events": events,
+        "plan": plan, "plan_done": sum(1 for p in plan if p.done),
+        "children": aw.list_runs(parent=run.id, limit=size),
+        # Only a waiting run has a pending call; decided ones are in the events.
+        "approvals": aw.list_approvals(run_id=run.id) if run.status == "waiting" else [],
+        "actions": allowed_actions(ctx, run),
+        "flower_run": f"{ctx.console.settings.console_flower_url}/tasks?search={run.id}",
+        "poll_ms": int(ctx.console.settings.console_poll_seconds * 1000),
+        "query": str(ctx.request.url.query),
+        "page_link": ctx.page_link,
+        "request_notice": NOTICES.get(q.get("done") or ""),
+    }
+
+
+def _asked(query: Any, param: str, size: int) -> runpages.Page:
+    """The page ``query[param]`` asks for (the store clamps it to the last)."""
+    return runpages.Page(page_number(query, param, 10**9, size), size)
+
+
+#: What the page says after an action redirected back to it.
+NOTICES = {"cancel": "Cancel requested.", "signal": "Signal sent.", "retry": "Retry queued.",
+           "fork": "Forked: this is the new run.", "resolve": "Effect resolved."}
+
+
+def budget(run: RunRecord, ledger: dict[str, Any]) -> list[dict[str, Any]]:
+    """Used against limit, per limit the run has."""
+    limits = run.limits or {}
+    return [
+        {"name": "laps", "used": run.laps_used, "limit": limits.get("max_laps")},
+        {"name": "input tokens", "used": run.input_tokens,
+         "limit": limits.get("max_input_tokens")},
+        {"name": "output tokens", "used": run.output_tokens,
+         "limit": limits.get("max_output_tokens")},
+        {"name": "cost", "used": f"{run.cost_micros / 1_000_000:.6f}",
+         "limit": limits.get("max_cost")},
+        {"name": "deadline", "used": ledger.get("started_at"), "limit": ledger.get("deadline")},
+    ]
+
+
+def run_page(ctx: Ctx) -> Response:
+    return ctx.render("run.html", **run_view(ctx, ctx.request.path_params["run_id"]))
+
+
+def live_fragment(ctx: Ctx) -> Response:
+    """The page's body alone, for the live refresh (``static/console.js``)."""
+    return ctx.render("run_body.html", **run_view(ctx, ctx.request.path_params["run_id"]))

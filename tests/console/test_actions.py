@@ -1,0 +1,66 @@
+"""Actions on a run: confirmation pages that say what happens to the world,
+shown and allowed by role."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.testclient import TestClient
+
+from agent_worker.inprocess import InProcessWorker
+from tests.console.conftest import csrf_of, started
+
+
+def test_operator_retries_a_failed_run_after_a_confirmation(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run_id = started(worker, "fails")
+    olga = login("olga")
+    page = olga.get(f"/runs/{run_id}").text
+    assert 'id="action-retry"' in page and 'id="action-fork"' in page
+    confirm = olga.get(f"/runs/{run_id}/actions/retry")
+    assert confirm.status_code == 200 and "replays lap 2" in confirm.text
+    assert "not sent again" in confirm.text
+    done = olga.post(f"/runs/{run_id}/actions/retry", data={"csrf_token": csrf_of(confirm.text)})
+    assert done.status_code == 303 and done.headers["location"] == f"/runs/{run_id}?done=retry"
+    assert worker.get_run(run_id).status == "queued"
+    assert worker.audit(principal="olga", action="retry")
+
+
+def test_roles_decide_the_buttons_and_the_api_refuses_the_rest(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run_id = started(worker, "refunds")
+    alice = login("alice")  # approver: reads and decides, no run verbs
+    assert 'id="run-actions"' not in alice.get(f"/runs/{run_id}").text
+    bob = login("bob")  # submitter: cancel and signal, not retry
+    page = bob.get(f"/runs/{run_id}").text
+    assert 'id="action-cancel"' in page and 'id="action-retry"' not in page
+    refused = bob.post(f"/runs/{run_id}/actions/retry", data={"csrf_token": csrf_of(page)})
+    assert refused.status_code == 403
+    confirm = bob.get(f"/runs/{run_id}/actions/cancel").text
+    assert "compensatable" in confirm and '<label for="reason">' in confirm
+    done = bob.post(f"/runs/{run_id}/actions/cancel",
+                    data={"csrf_token": csrf_of(confirm), "reason": "customer withdrew"})
+    assert done.status_code == 303
+    assert worker.get_run(run_id).cancel_reason == "customer withdrew"
+    assert bob.get(f"/runs/{run_id}/actions/explode").status_code == 404
+
+
+def test_fork_and_signal_through_their_confirmations(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run_id = started(worker, "refunds")
+    olga = login("olga")
+    confirm = olga.get(f"/runs/{run_id}/actions/fork").text
+    assert "acts on the world again" in confirm and '<label for="fork-lap">' in confirm
+    forked = olga.post(f"/runs/{run_id}/actions/fork", data={
+        "csrf_token": csrf_of(confirm), "lap": "1", "new_run_id": "fork-of-refund"})
+    assert forked.headers["location"] == "/runs/fork-of-refund?done=fork"
+    page = olga.get("/runs/fork-of-refund?done=fork").text
+    assert "Forked: this is the new run." in page and f'href="/runs/{run_id}"' in page
+    bad = olga.post(f"/runs/{run_id}/actions/fork", data={"csrf_token": csrf_of(page),
+                                                          "lap": "one"})
+    assert bad.status_code == 400
+    signal = olga.post(f"/runs/{run_id}/actions/signal", data={
+        "csrf_token": csrf_of(page), "name": "nudge", "payload": '{"why": "<b>now</b>"}'})
+    assert signal.status_code == 303
+    live = olga.get(f"/runs/{run_id}/live").text
+    assert live.lstrip().startswith('<div id="run-body"') and "<html" not in live
