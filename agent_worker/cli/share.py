@@ -12,7 +12,7 @@ from rich.table import Table
 
 from agent_worker.cli.common import JsonOpt, client, console, emit_json
 
-share_app = typer.Typer(help="Fair-share limits per tenant (caps and weights).",
+share_app = typer.Typer(help="Fair-share limits per tenant (caps, weights, rate limits).",
                         no_args_is_help=True)
 
 TenantArg = Annotated[str, typer.Argument(help="Tenant, or * for every tenant's default.")]
@@ -51,16 +51,24 @@ def share_set(
     weight: Annotated[float | None, typer.Option(
         help="Share of contended slots, relative to other tenants (tenant rows only).")]
     = None,
+    laps_per_minute: Annotated[int | None, typer.Option(
+        help="Most laps the tenant starts per minute, fleet-wide (tenant rows only).")] = None,
+    tokens_per_minute: Annotated[int | None, typer.Option(
+        help="Most model tokens (input + output) the tenant uses per minute (tenant rows "
+             "only).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Set a tenant's (or a tenant's agent's) cap and weight."""
-    row = client().set_share(tenant, agent=agent, concurrency=concurrency, weight=weight)
+    """Set a tenant's (or a tenant's agent's) cap, weight and rate limits."""
+    row = client().set_share(tenant, agent=agent, concurrency=concurrency, weight=weight,
+                             laps_per_minute=laps_per_minute,
+                             tokens_per_minute=tokens_per_minute)
     if json_out:
         emit_json(row)
     else:
         weight_text = "-" if row.weight is None else f"{row.weight:g}"
         console.print(f"tenant {escape(row.tenant)} agent {escape(row.agent)}: concurrency "
-                      f"{_cap(row.concurrency)}, weight {weight_text}")
+                      f"{_cap(row.concurrency)}, weight {weight_text}, laps/min "
+                      f"{_cap(row.laps_per_minute)}, tokens/min {_cap(row.tokens_per_minute)}")
 
 
 @share_app.command("clear")
@@ -80,10 +88,12 @@ def share_list(json_out: JsonOpt = False) -> None:
     if json_out:
         emit_json({"limits": rows})
         return
-    table = Table("tenant", "agent", "concurrency", "weight", "updated", "by")
+    table = Table("tenant", "agent", "concurrency", "weight", "laps/min", "tokens/min",
+                  "updated", "by")
     for r in rows:
         table.add_row(escape(r.tenant), escape(r.agent), _cap(r.concurrency),
-                      "-" if r.weight is None else f"{r.weight:g}",
+                      "-" if r.weight is None else f"{r.weight:g}", _cap(r.laps_per_minute),
+                      _cap(r.tokens_per_minute),
                       r.updated_at.isoformat(timespec="seconds"), escape(r.updated_by or ""))
     console.print(table)
 
