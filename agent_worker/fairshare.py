@@ -26,7 +26,7 @@ from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
 from agent_worker.untrusted import check_name
 from store.admitting import AgentShare, Policy
-from store.base import DueLap
+from store.base import DueLap, RunRecord
 from store.ratelimit import Rate
 from store.sharing import ANY, ShareLimit, ShareStore
 
@@ -174,21 +174,23 @@ def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap
         return []
 
 
-def used(rt: Runtime, run_id: str, lap: int, usage: Usage | None) -> None:
+def used(rt: Runtime, run: RunRecord, lap: int, provider: str | None,
+         usage: Usage | None) -> None:
     """A lap committed: set its rate charge (an estimate at admission) to the
-    tokens it really used (none if it made no model call), so the window
-    admission reads is corrected (``store.ratelimit``). Only when a rate limit
-    is in force: one small UPDATE. Never raises: a lost correction leaves the
-    estimate, which ages out of the window within a minute."""
+    tokens it really used (none if it made no model call), counted from now
+    (``store.ratelimit.correct``). Only when a rate limit is in force: one
+    small statement. Never raises: a lost correction leaves the estimate,
+    which ages out of the window within a minute."""
     store = rt.store
     if not isinstance(store, ShareStore):
         return
     try:
         if policy(rt).rated():
             tokens = usage.input_tokens + usage.output_tokens if usage is not None else 0
-            store.correct_charge(run_id, lap, tokens)
+            store.correct_charge({"run_id": run.id, "lap": lap, "tenant": run.tenant or "",
+                                  "provider": provider, "tokens": tokens}, now=rt.clock.now())
     except Exception as e:
-        log.warning("could not correct the rate charge of %s lap %s: %s", run_id, lap, e)
+        log.warning("could not correct the rate charge of %s lap %s: %s", run.id, lap, e)
 
 
 def rate_limited(rt: Runtime, agent_name: str, agent_version: str, error: Exception) -> None:

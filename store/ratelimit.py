@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, Table, delete, func, select, update
+from sqlalchemy import Connection, Row, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store.dbtime import db_time
@@ -134,11 +134,18 @@ def charge(conn: Connection, charges: Sequence[Mapping[str, Any]], now: datetime
     conn.execute(stmt.on_conflict_do_nothing(index_elements=["run_id", "lap"]))
 
 
-def correct(conn: Connection, run_id: str, lap: int, tokens: int) -> None:
-    """Set a committed lap's charge to the tokens it really used (no row: the
-    lap was not charged, or its charge already left the window)."""
-    conn.execute(update(rate_charges).where(rate_charges.c.run_id == run_id,
-                                            rate_charges.c.lap == lap).values(tokens=tokens))
+def correct(conn: Connection, charge: Mapping[str, Any], now: datetime) -> None:
+    """Set a committed lap's charge (``run_id``, ``lap``, ``tenant``,
+    ``provider``, ``tokens``) to the tokens it really used, counted from the
+    commit (the database's now), so it stays in the window for a full minute
+    after the request, whenever the request was made; re-written if it had
+    already left the window (a lap that waited over a minute for a worker)."""
+    at = conn.execute(select(db_time(now))).scalar_one()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    stmt = dialect.insert(rate_charges).values(**charge, at=at)
+    conn.execute(stmt.on_conflict_do_update(
+        index_elements=["run_id", "lap"],
+        set_={"tokens": stmt.excluded.tokens, "at": stmt.excluded.at}))
 
 
 __all__ = ["WINDOW_SECONDS", "Rate", "Scope", "Window", "charge", "correct", "estimate",

@@ -7,7 +7,7 @@ implements it over the SQL store's engine (a mixin of ``SqlStore``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -75,7 +75,7 @@ class ShareStore(Protocol):
                         laps_per_minute: int | None = None,
                         tokens_per_minute: int | None = None) -> ShareLimit: ...
 
-    def correct_charge(self, run_id: str, lap: int, tokens: int) -> None: ...
+    def correct_charge(self, charge: Mapping[str, Any], *, now: datetime) -> None: ...
 
     def clear_share_limit(self, tenant: str, agent: str) -> bool: ...
 
@@ -119,9 +119,9 @@ class SqlShareStore(SqlBase):
         return self._tx(lambda c: c.execute(delete(share_limits).where(
             share_limits.c.tenant == tenant, share_limits.c.agent == agent)).rowcount == 1)
 
-    def correct_charge(self, run_id: str, lap: int, tokens: int) -> None:
+    def correct_charge(self, charge: Mapping[str, Any], *, now: datetime) -> None:
         """A committed lap's rate charge set to its actual tokens (``store.ratelimit``)."""
-        self._tx(lambda c: ratelimit.correct(c, run_id, lap, tokens))
+        self._tx(lambda c: ratelimit.correct(c, charge, now))
 
     def pause_provider(self, provider: str, *, seconds: float, now: datetime) -> None:
         """Admit no lap of ``provider``'s agents for ``seconds`` from the
