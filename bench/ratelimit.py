@@ -10,13 +10,14 @@ same tokens-per-minute limit as the fleet (a 429 with Retry-After when a
 request would take its last 60 s over it). Tenant ``t`` gets the limit through
 the share table (``set_share(tokens_per_minute=...)``) and enough runs to ask
 for several times the limit for ``--minutes``; one 429 is also injected a
-third of the way in, to see the pause reach every worker.
+third of the way in, while laps flow, to see the pause reach every worker.
 
 Reported, from the fake provider's own log of answered requests: the most
 tokens in any 60 s window (must stay at or below the limit), the mean rate
 over the whole run and over its minutes after the first (against the limit),
 how many 429s the provider sent, and the requests that reached it in the
-seconds after the injected 429 against the same span before it.
+``Retry-After`` seconds after the injected 429 against the same span before
+it (after it only laps already sent can arrive: at most the fleet cap).
 
     python -m bench.ratelimit                   # 5 minutes, as in the issue
     python -m bench.ratelimit --minutes 2       # a shorter look
@@ -86,6 +87,14 @@ def summarize(log: list[dict[str, Any]], limit: int, t0: float, t1: float,
     return result
 
 
+def _busy(llm: Any) -> bool:
+    """Whether the provider is answering now (3 answers in the last second):
+    the injected 429 must land while laps flow, or there is nothing to slow."""
+    now = time.time()
+    return sum(1 for e in llm.requests[-20:]
+               if e.get("outcome") == "ok" and e["at"] > now - 1) >= 3
+
+
 def measure(minutes: float, limit: int, logdir: Path) -> dict[str, Any]:
     from agent_worker.agent import registry
     from agent_worker.api import AgentWorker
@@ -135,13 +144,13 @@ def measure(minutes: float, limit: int, logdir: Path) -> dict[str, Any]:
                 aw.start_run(rated_agent.AGENT, "go", tenant=TENANT)
             end = t0 + 60 * minutes
             while time.time() < end:
-                if injected_at is None and time.time() >= t0 + 20 * minutes:
+                if injected_at is None and time.time() >= t0 + 20 * minutes and _busy(llm):
                     llm.queue_fault("429", retry_after=INJECTED_RETRY_AFTER)
                     while not any(e.get("outcome") == "fault:429" for e in llm.requests):
                         time.sleep(0.05)
                     injected_at = next(e["at"] for e in llm.requests
                                        if e.get("outcome") == "fault:429")
-                time.sleep(0.5)
+                time.sleep(0.05 if injected_at is None else 0.5)
             t1 = time.time()
             log = [e for e in llm.requests if e["at"] <= t1]
         finally:
