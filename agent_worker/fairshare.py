@@ -4,7 +4,10 @@ passes through admission first (``store.admitting``).
 Caps come from four places: settings (fleet, default per tenant, per
 provider key), the agent (``Agent(concurrency=..., provider_key=...)``) and
 the limits table (per tenant and per (tenant, agent), with weights), which
-each process re-reads every ``share_refresh_seconds``. With no cap anywhere
+each process re-reads every ``share_refresh_seconds``. Rate limits (laps and
+tokens per minute per tenant, tokens per minute per provider key;
+``store.ratelimit``) come from settings and the same table, and are applied
+by the same admission. With no cap or rate anywhere
 admission is off and laps go straight to the broker, as before; the sweeper
 still drains runs a removed cap left waiting.
 

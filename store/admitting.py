@@ -16,6 +16,10 @@ highest ``priority``, then the oldest run. Only admission sets a run's
 a second admitter; a claim turns an admitted run into a running one (both
 hold the slot), and a commit or release frees it. A dead worker's slot is
 freed by the sweeper's recovery (``sweeping._flip``).
+
+Rate limits (``store.ratelimit``) are one more condition a pick must meet: the
+pass reads the last minute's charges under the same lock and charges each lap
+it admits, so a run over its rate waits like a run over its cap.
 """
 
 from __future__ import annotations

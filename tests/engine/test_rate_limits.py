@@ -11,11 +11,9 @@ the session). Time moves on the clock that decides the window: the worker's
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -30,7 +28,8 @@ from agent_worker.settings import Settings
 from store.admitting import THROTTLED, AgentShare, Policy
 from store.ratelimit import Rate, rate_charges
 from store.sql import SqlStore
-from tests.engine.test_fair_share import _new_run
+from tests.engine.test_fair_share import _new_run, admit_racing
+from tests.engine.test_schedules import Clock
 
 
 @tool
@@ -43,19 +42,9 @@ def _uid() -> str:
     return uuid.uuid4().hex[:8]
 
 
-class Env:
-    """A worker with a private registry, and the clock its dialect's window reads."""
-
-    def __init__(self, w: InProcessWorker, db_clock: Any) -> None:
-        self.w, self.db_clock = w, db_clock
-
-    def advance(self, seconds: float) -> None:
-        if self.db_clock is None:
-            clock = self.w.rt.clock
-            assert isinstance(clock, ManualClock)
-            clock.advance(seconds=seconds)
-        else:
-            self.db_clock.advance(seconds=seconds)
+class Env(Clock):
+    """A worker with a private registry, and the clock its dialect's window
+    reads (``advance``)."""
 
     def agent(self, laps: int = 1, usage: tuple[int, int] = (100, 20)) -> str:
         def script(r: ModelRequest) -> ModelResponse:
@@ -134,19 +123,7 @@ def test_concurrent_admissions_never_take_more_than_the_window(database_url: str
            for _ in range(40)]
     policy = Policy(agents={name: AgentShare()}, tenant_rates={tenant: Rate(laps=3)})
     store = SqlStore(database_url)
-    sent: list[int] = []
-    barrier = threading.Barrier(8)
-
-    def admitter(mine: list[str]) -> None:
-        barrier.wait()
-        sent.append(len(store.admit(mine, policy, now=w.rt.clock.now())))
-
-    threads = [threading.Thread(target=admitter, args=(ids[i::8],)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sum(sent) == 3
+    assert admit_racing(store, ids, policy, w.rt.clock.now()) == 3
     with store.engine.connect() as c:
         assert len(c.execute(select(rate_charges.c.run_id).where(
             rate_charges.c.tenant == tenant)).all()) == 3
