@@ -70,6 +70,9 @@ class QueueView:
     queued: int
     throttled: int
     oldest_wait_seconds: float | None
+    #: The tenant's rate limits in force (``None``: none).
+    laps_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
 
 class FairShareVerbs:
@@ -191,14 +194,16 @@ class FairShareVerbs:
         return self._share_store().share_limits()
 
     def queues(self) -> list[QueueView]:
-        """Per tenant and agent with runs queued or running: caps, in flight,
-        queued, throttled (waiting for a slot) and the oldest wait."""
+        """Per tenant and agent with runs queued or running: caps, rate
+        limits, in flight, queued, throttled (waiting for a slot or for its
+        rate's window) and the oldest wait."""
         pol = policy(self.rt)
         shares = agent_shares(self.rt)
         views = []
         for line in self._share_store().queue_lines(now=self.rt.clock.now()):
             share = shares.get(line.agent)
             provider = share.provider if share else None
+            rate = pol.tenant_rates.get(line.tenant, pol.rate_default)
             views.append(QueueView(
                 tenant=line.tenant, agent=line.agent, tenant_cap=pol.tenant_cap(line.tenant),
                 agent_cap=share.concurrency if share else None,
@@ -206,7 +211,8 @@ class FairShareVerbs:
                 provider=provider,
                 provider_cap=pol.providers.get(provider) if provider else None,
                 weight=pol.weight(line.tenant), in_flight=line.in_flight, queued=line.queued,
-                throttled=line.throttled, oldest_wait_seconds=line.oldest_wait_seconds))
+                throttled=line.throttled, oldest_wait_seconds=line.oldest_wait_seconds,
+                laps_per_minute=rate.laps, tokens_per_minute=rate.tokens))
         return views
 
 

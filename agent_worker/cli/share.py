@@ -25,20 +25,22 @@ def _cap(value: int | None) -> str:
 
 
 def queues(json_out: JsonOpt = False) -> None:
-    """Per tenant and agent: caps, laps in flight, queued, throttled (waiting
-    for a slot, no message in Redis) and the oldest wait."""
+    """Per tenant and agent: caps, rate limits, laps in flight, queued,
+    throttled (waiting for a slot or a rate, no message in Redis) and the
+    oldest wait."""
     lines = client().queues()
     if json_out:
         emit_json({"queues": lines})
         return
-    table = Table("tenant", "agent", "caps t/a/t+a/provider", "weight", "in flight", "queued",
-                  "throttled", "oldest wait")
+    table = Table("tenant", "agent", "caps t/a/t+a/provider", "weight", "per min laps/tokens",
+                  "in flight", "queued", "throttled", "oldest wait")
     for q in lines:
         provider = f"{q.provider}={_cap(q.provider_cap)}" if q.provider else "-"
         caps = f"{_cap(q.tenant_cap)}/{_cap(q.agent_cap)}/{_cap(q.tenant_agent_cap)}/{provider}"
         wait = "-" if q.oldest_wait_seconds is None else f"{q.oldest_wait_seconds:.1f}s"
         table.add_row(escape(q.tenant or "(none)"), escape(q.agent), escape(caps),
-                      f"{q.weight:g}", str(q.in_flight), str(q.queued), str(q.throttled), wait)
+                      f"{q.weight:g}", f"{_cap(q.laps_per_minute)}/{_cap(q.tokens_per_minute)}",
+                      str(q.in_flight), str(q.queued), str(q.throttled), wait)
     console.print(table)
 
 

@@ -79,6 +79,12 @@ def test_share_set_takes_rate_limits_and_refuses_a_submitter(aw: InProcessWorker
     listed = _cli("share", "list", "--json")[1]["limits"]
     assert [(r["laps_per_minute"], r["tokens_per_minute"]) for r in listed
             if r["tenant"] == "acme"] == [(30, 90000)]
+    agent = f"cli-{uuid.uuid4().hex[:6]}"
+    aw.rt.registry.register(Agent(name=agent, model=ScriptedModel(lambda r: turn("ok"))))
+    _cli("submit", agent, "--tenant", "acme", "--json")
+    line = next(q for q in _cli("queues", "--json")[1]["queues"] if q["agent"] == agent)
+    assert (line["laps_per_minute"], line["tokens_per_minute"]) == (30, 90000)
+    assert "30/90000" in _cli("queues")[1]
     code, _, err = _cli("share", "set", "acme", "--laps-per-minute", "-1", "--json")
     assert code == 2 and json.loads(err)["error"]["code"] == "invalid_input"
     api.configure(aw.acting_as(Principal("sam", "acme", frozenset({"submitter"}))))
