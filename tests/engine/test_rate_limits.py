@@ -158,3 +158,24 @@ def test_bad_rate_limits_are_refused(env: Env) -> None:
             w.set_share("acme", **kwargs)
     with pytest.raises(ConfigurationError, match="PROVIDER_TOKENS_PER_MINUTE"):
         Settings(provider_tokens_per_minute="openai=lots")
+
+
+def test_the_default_rate_is_each_tenants_own_and_a_provider_rate_is_shared(
+        env: Env) -> None:
+    """The ``*`` row gives every tenant a window of its own; a provider key's
+    tokens per minute is one window for every tenant on that key."""
+    w = env.w
+    agent, a, b = env.agent(), f"a{_uid()}", f"b{_uid()}"
+    w.set_share("*", laps_per_minute=1)
+    try:
+        runs = {t: [w.start_run(agent, "x", tenant=t).id for _ in range(2)] for t in (a, b)}
+        assert _pending(w) == [runs[a][0], runs[b][0]]
+    finally:
+        w.clear_share("*")
+    key = f"p{_uid()}"
+    policy = Policy(agents={agent: AgentShare(provider=key)},
+                    provider_rates={key: Rate(tokens=1500)}, tokens_estimate=1000)
+    store = w.rt.store
+    assert isinstance(store, SqlStore)
+    ids = [store.create_run(_new_run(w, agent, f"pk-{_uid()}", t))[0].id for t in (a, b)]
+    assert len(store.admit(ids, policy, now=w.rt.clock.now())) == 1
