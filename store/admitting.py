@@ -269,9 +269,10 @@ def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
     while heap and (free is None or free > 0):
         _, _, tenant = heapq.heappop(heap)
         line = lines[tenant]
-        pick = next((r for r in line if held.fits(policy, tenant, r.agent_name)
-                     and _within_rate(window, policy, r)), None)
-        if pick is None:
+        pick = next((r for r in line if held.fits(policy, tenant, r.agent_name)), None)
+        # Over its rate, the tenant's line waits as it stands: skipping to a
+        # smaller lap that fits would starve the larger ones behind it.
+        if pick is None or not _within_rate(window, policy, pick):
             continue
         line.remove(pick)
         chosen.append(pick)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from agent_worker import Agent, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Registry
@@ -27,6 +27,7 @@ from agent_worker.principal import Principal
 from agent_worker.settings import Settings
 from store.admitting import THROTTLED, AgentShare, Policy
 from store.ratelimit import Rate, rate_charges
+from store.rows import runs
 from store.sql import SqlStore
 from tests.engine.test_fair_share import _new_run, admit_racing
 from tests.engine.test_schedules import Clock
@@ -179,3 +180,23 @@ def test_the_default_rate_is_each_tenants_own_and_a_provider_rate_is_shared(
     assert isinstance(store, SqlStore)
     ids = [store.create_run(_new_run(w, agent, f"pk-{_uid()}", t))[0].id for t in (a, b)]
     assert len(store.admit(ids, policy, now=w.rt.clock.now())) == 1
+
+
+def test_a_lap_over_the_rate_is_not_overtaken_by_a_smaller_one_behind_it(env: Env) -> None:
+    """The head of a tenant's line waits for room in the window; the smaller
+    laps behind it wait with it, or a large lap could wait for ever."""
+    w, agent, tenant = env.w, env.agent(), f"t{_uid()}"
+    store = w.rt.store
+    assert isinstance(store, SqlStore)
+    policy = Policy(agents={agent: AgentShare()}, tenant_rates={tenant: Rate(tokens=1500)},
+                    tokens_estimate=1000)
+    first, big, small = (store.create_run(_new_run(w, agent, f"hol-{_uid()}", tenant))[0].id
+                         for _ in range(3))
+    # big's mean so far is 1,200 tokens a lap, small's 100; big is older
+    with store.engine.begin() as c:
+        for i, (run_id, tokens) in enumerate(((big, 1200), (small, 100)), start=1):
+            c.execute(update(runs).where(runs.c.id == run_id).values(
+                laps_used=1, input_tokens=tokens,
+                created_at=w.rt.clock.now() + timedelta(seconds=i)))
+    assert [d.run_id for d in store.admit([first], policy, now=w.rt.clock.now())] == [first]
+    assert store.admit([big, small], policy, now=w.rt.clock.now()) == []
