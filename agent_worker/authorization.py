@@ -19,7 +19,7 @@ from agent_worker.errors import InvalidInputError
 from agent_worker.principal import ADMIN, Principal
 
 Action = Literal["read", "start", "signal", "cancel", "approve", "reject", "retry", "fork",
-                 "resolve", "raise_budget", "edit_state", "audit"]
+                 "resolve", "raise_budget", "edit_state", "audit", "share"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
 
 #: The built-in roles (``AGENT_WORKER_ROLE_GRANTS`` replaces this mapping).
@@ -28,7 +28,7 @@ DEFAULT_GRANTS: dict[str, list[str]] = {
     "submitter": ["read", "start", "signal", "cancel"],
     "approver": ["read", "approve", "reject"],
     "operator": ["read", "start", "signal", "cancel", "retry", "fork", "resolve",
-                 "raise_budget", "edit_state", "audit"],
+                 "raise_budget", "edit_state", "audit", "share"],
     ADMIN: list(ACTIONS),
 }
 

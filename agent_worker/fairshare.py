@@ -4,7 +4,10 @@ passes through admission first (``store.admitting``).
 Caps come from four places: settings (fleet, default per tenant, per
 provider key), the agent (``Agent(concurrency=..., provider_key=...)``) and
 the limits table (per tenant and per (tenant, agent), with weights), which
-each process re-reads every ``share_refresh_seconds``. With no cap anywhere
+each process re-reads every ``share_refresh_seconds``. Rate limits (laps and
+tokens per minute per tenant, tokens per minute per provider key;
+``store.ratelimit``) come from settings and the same table, and are applied
+by the same admission. With no cap or rate anywhere
 admission is off and laps go straight to the broker, as before; the sweeper
 still drains runs a removed cap left waiting.
 
@@ -21,11 +24,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent_worker.errors import ConfigurationError
+from agent_worker.messages import Usage
 from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
 from agent_worker.untrusted import check_name
 from store.admitting import AgentShare, Policy
-from store.base import DueLap
+from store.base import DueLap, RunRecord
+from store.ratelimit import Rate
 from store.sharing import ANY, ShareLimit, ShareStore
 
 if TYPE_CHECKING:
@@ -42,8 +47,9 @@ class LimitsCache:
     read_at: float = float("-inf")
 
 
-def provider_caps(text: str) -> dict[str, int]:
-    """``AGENT_WORKER_PROVIDER_CONCURRENCY`` parsed: ``key=N,key=N``.
+def provider_caps(text: str, name: str = "AGENT_WORKER_PROVIDER_CONCURRENCY"
+                  ) -> dict[str, int]:
+    """The setting ``name`` parsed: ``key=N,key=N``.
 
     Raises:
         ConfigurationError: an entry is not ``identifier=positive integer``.
@@ -55,11 +61,9 @@ def provider_caps(text: str) -> dict[str, int]:
             check_name(key.strip(), "provider key")
             cap = int(value)
         except Exception as e:
-            raise ConfigurationError(
-                f"AGENT_WORKER_PROVIDER_CONCURRENCY entry {item!r} is not key=N: {e}") from e
+            raise ConfigurationError(f"{name} entry {item!r} is not key=N: {e}") from e
         if not sep or cap < 1:
-            raise ConfigurationError(
-                f"AGENT_WORKER_PROVIDER_CONCURRENCY entry {item!r}: N must be at least 1")
+            raise ConfigurationError(f"{name} entry {item!r}: N must be at least 1")
         caps[key.strip()] = cap
     return caps
 
@@ -70,23 +74,44 @@ def build_policy(settings: Settings, agents: dict[str, AgentShare],
     tenants: dict[str, int | None] = {}
     weights: dict[str, float] = {}
     pairs: dict[tuple[str, str], int | None] = {}
+    rated: list[ShareLimit] = []
     default_cap = settings.tenant_concurrency or None
     default_weight = settings.tenant_weight
+    default_rate = Rate(settings.tenant_laps_per_minute or None,
+                        settings.tenant_tokens_per_minute or None)
     for row in rows:
         if row.tenant == ANY and row.agent == ANY:
             default_cap = row.concurrency if row.concurrency is not None else default_cap
             default_weight = row.weight if row.weight is not None else default_weight
+            default_rate = _rate(row, default_rate)
         elif row.agent == ANY:
             if row.concurrency is not None:
                 tenants[row.tenant] = row.concurrency
             if row.weight is not None:
                 weights[row.tenant] = row.weight
+            if row.laps_per_minute is not None or row.tokens_per_minute is not None:
+                rated.append(row)
         elif row.concurrency is not None:
             pairs[(row.tenant, row.agent)] = row.concurrency
+    tpm = "AGENT_WORKER_PROVIDER_TOKENS_PER_MINUTE"
     return Policy(agents=agents, fleet=settings.max_laps_in_flight or None,
                   tenant_default=default_cap, weight_default=default_weight,
                   tenants=tenants, weights=weights, tenant_agents=pairs,
-                  providers=provider_caps(settings.provider_concurrency))
+                  providers=provider_caps(settings.provider_concurrency),
+                  tenant_rates={r.tenant: _rate(r, default_rate) for r in rated},
+                  rate_default=default_rate,
+                  provider_rates={k: Rate(tokens=n) for k, n in provider_caps(
+                      settings.provider_tokens_per_minute, tpm).items()},
+                  tokens_estimate=settings.rate_tokens_estimate)
+
+
+def _rate(row: ShareLimit, inherited: Rate) -> Rate:
+    """A tenant row's rate: what it sets, else what it inherits (the ``*``
+    row from settings, a tenant's own row from the ``*`` row). As with a cap,
+    a limit of 0 set in the table holds the tenant's runs back."""
+    return Rate(row.laps_per_minute if row.laps_per_minute is not None else inherited.laps,
+                row.tokens_per_minute if row.tokens_per_minute is not None
+                else inherited.tokens)
 
 
 def capped(policy: Policy) -> bool:
@@ -98,7 +123,7 @@ def capped(policy: Policy) -> bool:
             or any(c is not None for c in policy.tenant_agents.values())
             or any(a.concurrency is not None or a.provider is not None
                    for a in policy.agents.values())
-            or bool(policy.providers))
+            or bool(policy.providers) or policy.rated())
 
 
 def agent_shares(rt: Runtime) -> dict[str, AgentShare]:
@@ -152,6 +177,25 @@ def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap
         return []
 
 
+def used(rt: Runtime, run: RunRecord, lap: int, provider: str | None,
+         usage: Usage | None) -> None:
+    """A lap committed: set its rate charge (an estimate at admission) to the
+    tokens it really used (none if it made no model call), counted from now
+    (``store.ratelimit.correct``). Only when a rate limit is in force: one
+    small statement. Never raises: a lost correction leaves the estimate,
+    which ages out of the window within a minute."""
+    store = rt.store
+    if not isinstance(store, ShareStore):
+        return
+    try:
+        if policy(rt).rated():
+            tokens = usage.input_tokens + usage.output_tokens if usage is not None else 0
+            store.correct_charge({"run_id": run.id, "lap": lap, "tenant": run.tenant or "",
+                                  "provider": provider, "tokens": tokens}, now=rt.clock.now())
+    except Exception as e:
+        log.warning("could not correct the rate charge of %s lap %s: %s", run.id, lap, e)
+
+
 def rate_limited(rt: Runtime, agent_name: str, agent_version: str, error: Exception) -> None:
     """A lap's model call got a 429 (``RateLimitedError``) that asked for a
     wait: pause the agent's provider key fleet-wide for that long, so every
@@ -172,5 +216,14 @@ def rate_limited(rt: Runtime, agent_name: str, agent_version: str, error: Except
         log.warning("could not pause provider key %s: %s", agent.provider_key, e)
 
 
-__all__ = ["LimitsCache", "agent_shares", "build_policy", "capped", "gate", "policy",
-           "provider_caps", "rate_limited"]
+__all__ = [
+    "LimitsCache",
+    "agent_shares",
+    "build_policy",
+    "capped",
+    "gate",
+    "policy",
+    "provider_caps",
+    "rate_limited",
+    "used",
+]

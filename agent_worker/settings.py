@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_worker.authorization import DEFAULT_GRANTS
@@ -145,7 +145,8 @@ class Settings(BaseSettings):
     role_grants: dict[str, list[str]] = Field(
         DEFAULT_GRANTS,
         description="JSON mapping of role to the actions it allows (read, start, signal, "
-        "cancel, approve, reject, retry, fork, resolve, raise_budget, edit_state, audit).",
+        "cancel, approve, reject, retry, fork, resolve, raise_budget, edit_state, audit, "
+        "share).",
     )
     web_tokens: str = Field(
         "",
@@ -271,6 +272,24 @@ class Settings(BaseSettings):
         description="Fair share: caps on laps in flight per model provider key, as "
         "`key=N,key=N`; an agent names its key with `Agent(provider_key=...)`.",
     )
+    tenant_laps_per_minute: int = Field(
+        0, ge=0, description="Rate limit: default laps one tenant may start per minute "
+        "(sliding window, fleet-wide); 0 means none. A tenant's own row overrides it; a run "
+        "over it waits queued, holding nothing."
+    )
+    tenant_tokens_per_minute: int = Field(
+        0, ge=0, description="Rate limit: default model tokens (input plus output) one "
+        "tenant may use per minute, estimated at admission and corrected from each lap's "
+        "usage; 0 means none. A tenant's own row overrides it."
+    )
+    provider_tokens_per_minute: str = Field(
+        "", description="Rate limit: model tokens per minute per provider key, as "
+        "`key=N,key=N`, shared by every tenant on that key."
+    )
+    rate_tokens_estimate: int = Field(
+        1000, ge=1, description="Rate limit: tokens charged for a run's first lap, before "
+        "it has a usage of its own to go by (later laps: the run's mean so far)."
+    )
     share_refresh_seconds: float = Field(
         5.0, gt=0, description="How often a process re-reads the fair-share limits table: a "
         "change made with `agent-worker share` applies within this long."
@@ -319,13 +338,13 @@ class Settings(BaseSettings):
         2.0, gt=0, description="Run console: how often a moving run's page refreshes itself."
     )
 
-    @field_validator("provider_concurrency")
+    @field_validator("provider_concurrency", "provider_tokens_per_minute")
     @classmethod
-    def _provider_caps(cls, value: str) -> str:
+    def _provider_caps(cls, value: str, info: ValidationInfo) -> str:
         """Refused at start, not at the first send: raises ``ConfigurationError``."""
         from agent_worker.fairshare import provider_caps  # imports this module
 
-        provider_caps(value)
+        provider_caps(value, f"AGENT_WORKER_{(info.field_name or '').upper()}")
         return value
 
 

@@ -1,23 +1,30 @@
 """The fair-share verbs of ``AgentWorker`` (issue 17): edit the per-tenant
 limits table and read the queues. A mixin, so ``api.py`` only inherits it.
 
-Changing limits is an operator's act. Until principals and roles exist
-(issue 16) the actor is ``AgentWorker._principal``'s, taken in one place,
-``_share_operator``: that is where the operator-role check goes.
+Changing limits is an operator's act: the ``share`` action (granted to the
+``operator`` and ``admin`` roles), asked of issue 16's authorizer in one
+place, ``_share_operator``; a refusal is audited and raises
+``PermissionDeniedError``, a change is audited in its own transaction. The
+limits are the fleet's: a principal bound to one tenant may change only that
+tenant's rows, never another's or the ``*`` default.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.authorization import Action
 from agent_worker.errors import InvalidInputError, NotFoundError
 from agent_worker.fairshare import agent_shares, policy
 from agent_worker.untrusted import check_name
 from store.sharing import ANY, ShareLimit, ShareStore
 
 if TYPE_CHECKING:
+    from agent_worker.principal import Principal
     from agent_worker.runtime import Runtime
+    from store.base import RunRecord
 
 #: Bounds of ``start_run(priority=...)``.
 PRIORITY_RANGE = (-1000, 1000)
@@ -63,20 +70,52 @@ class QueueView:
     queued: int
     throttled: int
     oldest_wait_seconds: float | None
+    #: The tenant's rate limits in force (``None``: none).
+    laps_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
 
 class FairShareVerbs:
     """Mixed into ``AgentWorker``."""
 
     rt: Runtime
+    principal: Principal
 
-    def _principal(self, by: str) -> str:  # pragma: no cover - AgentWorker's
+    def _principal(self, by: object = None) -> str:  # pragma: no cover - AgentWorker's
         raise NotImplementedError
 
-    def _share_operator(self) -> str:
-        """Who changes limits. Issue 16: the authenticated principal, and the
-        operator-role check, go here."""
-        return self._principal("api")
+    def _authorize(self, action: Action, run: RunRecord | None, *,
+                   owners: tuple[str, ...] = (), target: str | None = None
+                   ) -> None:  # pragma: no cover - AccessControl's
+        raise NotImplementedError
+
+    def _refuse(self, action: Action, why: str, *, tenant: str | None,
+                run_id: str | None = None, target: str | None = None
+                ) -> None:  # pragma: no cover - AccessControl's
+        raise NotImplementedError
+
+    def _recorded(self, action: Action, run: RunRecord | None, *, target: str | None = None,
+                  reason: str | None = None, changes: dict[str, Any] | None = None,
+                  tenant: str | None = None
+                  ) -> AbstractContextManager[None]:  # pragma: no cover - AccessControl's
+        raise NotImplementedError
+
+    def _share_operator(self, tenant: str, agent: str) -> str:
+        """Who changes the row (``tenant``, ``agent``), once allowed: the
+        principal, if its roles grant ``share`` and the row is its tenant's
+        (or it acts across tenants). A refusal is audited, then raised.
+
+        Raises:
+            PermissionDeniedError: no role allows ``share``, or another
+                tenant's row (or the ``*`` default) for a tenant-bound principal.
+        """
+        target = f"share:{tenant}/{agent}"
+        self._authorize("share", None, target=target)
+        if not self.principal.all_tenants and tenant != self.principal.tenant:
+            self._refuse("share", "fair-share limits of other tenants (or their default) are "
+                         "set by a principal across tenants", tenant=self.principal.tenant,
+                         target=target)
+        return self._principal()
 
     def _share_store(self) -> ShareStore:
         store = self.rt.store
@@ -85,22 +124,32 @@ class FairShareVerbs:
         return store
 
     def set_share(self, tenant: str, *, agent: str | None = None,
-                  concurrency: int | None = None, weight: float | None = None) -> ShareLimit:
-        """Set a tenant's cap and weight (``agent`` None), or a cap on one
-        agent's runs of that tenant; tenant ``*`` is every tenant's default.
-        Replaces the row; applies fleet-wide within ``share_refresh_seconds``.
-        A cap of 0 holds all of the tenant's (or pair's) runs back.
+                  concurrency: int | None = None, weight: float | None = None,
+                  laps_per_minute: int | None = None,
+                  tokens_per_minute: int | None = None) -> ShareLimit:
+        """Set a tenant's cap, weight and rate limits (``agent`` None), or a
+        cap on one agent's runs of that tenant; tenant ``*`` is every tenant's
+        default (each tenant its own window of that size). Replaces the row;
+        applies fleet-wide within ``share_refresh_seconds``. A cap or rate of
+        0 holds all of the tenant's (or pair's) runs back.
 
         Raises:
-            InvalidInputError: bad names, a negative cap, a weight not above 0,
-                a weight on an agent row, or neither value given.
+            InvalidInputError: bad names, a negative cap or rate, a weight not
+                above 0, a weight or rate on an agent row, or no value given.
+            PermissionDeniedError: see ``_share_operator``.
         """
         tenant, agent_ = _scope(tenant, agent)
-        if concurrency is None and weight is None:
-            raise InvalidInputError("give a concurrency or a weight (clear_share removes a row)")
-        if concurrency is not None and (isinstance(concurrency, bool)
-                                        or not isinstance(concurrency, int) or concurrency < 0):
-            raise InvalidInputError(f"concurrency must be an integer >= 0, not {concurrency!r}")
+        values = {"concurrency": concurrency, "laps_per_minute": laps_per_minute,
+                  "tokens_per_minute": tokens_per_minute}
+        if weight is None and all(v is None for v in values.values()):
+            raise InvalidInputError("give a concurrency, weight, laps_per_minute or "
+                                    "tokens_per_minute (clear_share removes a row)")
+        for name, value in values.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value <= 10**12):
+                raise InvalidInputError(f"{name} must be an integer >= 0, not {value!r}")
+        if agent_ != ANY and (laps_per_minute, tokens_per_minute) != (None, None):
+            raise InvalidInputError("a rate limit belongs to a tenant, not to one of its agents")
         if weight is not None:
             if agent_ != ANY:
                 raise InvalidInputError("a weight belongs to a tenant, not to one of its agents")
@@ -108,10 +157,14 @@ class FairShareVerbs:
                     0 < weight <= 1_000_000):
                 raise InvalidInputError(f"weight must be a number above 0, not {weight!r}")
             weight = float(weight)
-        by = self._share_operator()
-        row = self._share_store().set_share_limit(
-            tenant, agent_, concurrency=concurrency, weight=weight, by=by,
-            now=self.rt.clock.now())
+        by = self._share_operator(tenant, agent_)
+        with self._recorded("share", None, target=f"share:{tenant}/{agent_}",
+                            tenant=None if tenant == ANY else tenant,
+                            changes={**values, "weight": weight}):
+            row = self._share_store().set_share_limit(
+                tenant, agent_, concurrency=concurrency, weight=weight, by=by,
+                now=self.rt.clock.now(), laps_per_minute=laps_per_minute,
+                tokens_per_minute=tokens_per_minute)
         self._share_changed()
         return row
 
@@ -122,8 +175,11 @@ class FairShareVerbs:
             UnknownShareLimitError: no such row.
         """
         tenant, agent_ = _scope(tenant, agent)
-        self._share_operator()
-        if not self._share_store().clear_share_limit(tenant, agent_):
+        self._share_operator(tenant, agent_)
+        with self._recorded("share", None, target=f"share:{tenant}/{agent_}",
+                            tenant=None if tenant == ANY else tenant, reason="cleared"):
+            cleared = self._share_store().clear_share_limit(tenant, agent_)
+        if not cleared:
             raise UnknownShareLimitError(f"no fair-share limit for tenant {tenant!r}, "
                                          f"agent {agent_!r}")
         self._share_changed()
@@ -138,14 +194,16 @@ class FairShareVerbs:
         return self._share_store().share_limits()
 
     def queues(self) -> list[QueueView]:
-        """Per tenant and agent with runs queued or running: caps, in flight,
-        queued, throttled (waiting for a slot) and the oldest wait."""
+        """Per tenant and agent with runs queued or running: caps, rate
+        limits, in flight, queued, throttled (waiting for a slot or for its
+        rate's window) and the oldest wait."""
         pol = policy(self.rt)
         shares = agent_shares(self.rt)
         views = []
         for line in self._share_store().queue_lines(now=self.rt.clock.now()):
             share = shares.get(line.agent)
             provider = share.provider if share else None
+            rate = pol.tenant_rates.get(line.tenant, pol.rate_default)
             views.append(QueueView(
                 tenant=line.tenant, agent=line.agent, tenant_cap=pol.tenant_cap(line.tenant),
                 agent_cap=share.concurrency if share else None,
@@ -153,7 +211,8 @@ class FairShareVerbs:
                 provider=provider,
                 provider_cap=pol.providers.get(provider) if provider else None,
                 weight=pol.weight(line.tenant), in_flight=line.in_flight, queued=line.queued,
-                throttled=line.throttled, oldest_wait_seconds=line.oldest_wait_seconds))
+                throttled=line.throttled, oldest_wait_seconds=line.oldest_wait_seconds,
+                laps_per_minute=rate.laps, tokens_per_minute=rate.tokens))
         return views
 
 

@@ -341,6 +341,9 @@ class ShareLimitRow(Base):
     weight: Mapped[float | None]
     updated_at: Mapped[datetime]
     updated_by: Mapped[str | None] = mapped_column(String(200))
+    #: Rate limits of a tenant row (``store.ratelimit``); ``None``: not set here.
+    laps_per_minute: Mapped[int | None] = mapped_column(Integer)
+    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class ProviderPauseRow(Base):
@@ -352,3 +355,22 @@ class ProviderPauseRow(Base):
 
     provider: Mapped[str] = mapped_column(String(200), primary_key=True)
     until: Mapped[datetime]
+
+
+class RateChargeRow(Base):
+    """What one admitted lap charged against its tenant's and provider key's
+    rate limits (``store.ratelimit``): a sliding-window log keyed like the
+    lap, so a re-admission or a replay charges nothing twice. ``tokens`` is
+    the estimate at admission until the lap's commit sets the actual usage.
+    Rows older than the window are pruned by admission."""
+
+    __tablename__ = "rate_charges"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lap: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(200))
+    provider: Mapped[str | None] = mapped_column(String(200))
+    at: Mapped[datetime]
+    tokens: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_rate_charges_at", "at"),)

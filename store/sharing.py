@@ -7,7 +7,7 @@ implements it over the SQL store's engine (a mixin of ``SqlStore``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy import Connection, Table, case, delete, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from store import admitting
+from store import admitting, ratelimit
 from store.admitting import Policy, provider_pauses
 from store.base import DueLap
 from store.dbtime import db_time, read_now
@@ -42,6 +42,9 @@ class ShareLimit:
     weight: float | None
     updated_at: datetime
     updated_by: str | None
+    #: A tenant row's rate limits (``store.ratelimit``).
+    laps_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +71,11 @@ class ShareStore(Protocol):
     def share_limits(self) -> list[ShareLimit]: ...
 
     def set_share_limit(self, tenant: str, agent: str, *, concurrency: int | None,
-                        weight: float | None, by: str | None, now: datetime) -> ShareLimit: ...
+                        weight: float | None, by: str | None, now: datetime,
+                        laps_per_minute: int | None = None,
+                        tokens_per_minute: int | None = None) -> ShareLimit: ...
+
+    def correct_charge(self, charge: Mapping[str, Any], *, now: datetime) -> None: ...
 
     def clear_share_limit(self, tenant: str, agent: str) -> bool: ...
 
@@ -90,9 +97,13 @@ class SqlShareStore(SqlBase):
         return [ShareLimit(**r._mapping) for r in rows]
 
     def set_share_limit(self, tenant: str, agent: str, *, concurrency: int | None,
-                        weight: float | None, by: str | None, now: datetime) -> ShareLimit:
+                        weight: float | None, by: str | None, now: datetime,
+                        laps_per_minute: int | None = None,
+                        tokens_per_minute: int | None = None) -> ShareLimit:
         values: dict[str, Any] = {"tenant": tenant, "agent": agent, "concurrency": concurrency,
-                                  "weight": weight, "updated_at": now, "updated_by": by}
+                                  "weight": weight, "updated_at": now, "updated_by": by,
+                                  "laps_per_minute": laps_per_minute,
+                                  "tokens_per_minute": tokens_per_minute}
 
         def tx(conn: Connection) -> ShareLimit:
             dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
@@ -107,6 +118,10 @@ class SqlShareStore(SqlBase):
     def clear_share_limit(self, tenant: str, agent: str) -> bool:
         return self._tx(lambda c: c.execute(delete(share_limits).where(
             share_limits.c.tenant == tenant, share_limits.c.agent == agent)).rowcount == 1)
+
+    def correct_charge(self, charge: Mapping[str, Any], *, now: datetime) -> None:
+        """A committed lap's rate charge set to its actual tokens (``store.ratelimit``)."""
+        self._tx(lambda c: ratelimit.correct(c, charge, now))
 
     def pause_provider(self, provider: str, *, seconds: float, now: datetime) -> None:
         """Admit no lap of ``provider``'s agents for ``seconds`` from the

@@ -388,6 +388,7 @@ class _Lap:
         if not committed:
             return self._fence_failed()
         fault("after_commit")
+        fairshare.used(self.rt, claim.run, claim.lap, agent.provider_key, usage)
         if update.enqueue:
             # The commit pinned the run to this agent's version (a migration moves it).
             self.rt.send_all([DueLap(claim.run.id, claim.lap + 1, claim.run.agent_name,

@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -186,22 +186,28 @@ def test_concurrent_admissions_never_exceed_a_cap(database_url: str) -> None:
     ids = [w.rt.store.create_run(_new_run(w, agent, f"race-{_uid()}"))[0].id
            for _ in range(40)]
     policy = Policy(agents={agent: AgentShare(concurrency=3)})
+    assert admit_racing(store, ids, policy, w.rt.clock.now()) == 3
+    assert _holders(w, agent) == 3
+    store.dispose()
+    w.close()
+
+
+def admit_racing(store: SqlStore, ids: list[str], policy: Policy, now: datetime) -> int:
+    """Eight threads admitting their share of ``ids`` at once; how many laps
+    they were given to send, together."""
     sent: list[int] = []
     barrier = threading.Barrier(8)
 
     def admitter(mine: list[str]) -> None:
         barrier.wait()
-        sent.append(len(store.admit(mine, policy, now=w.rt.clock.now())))
+        sent.append(len(store.admit(mine, policy, now=now)))
 
     threads = [threading.Thread(target=admitter, args=(ids[i::8],)) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sum(sent) == 3
-    assert _holders(w, agent) == 3
-    store.dispose()
-    w.close()
+    return sum(sent)
 
 
 def _new_run(w: InProcessWorker, agent: str, run_id: str, tenant: str | None = None) -> NewRun:

@@ -20,6 +20,7 @@ from agent_worker import Agent, InProcessWorker, ScriptedModel, turn
 from agent_worker.agent import Registry
 from agent_worker.cli import main
 from agent_worker.metrics import registry_for
+from agent_worker.principal import Principal
 
 
 @pytest.fixture
@@ -69,3 +70,23 @@ def test_share_commands_queues_and_gauges(aw: InProcessWorker) -> None:
     assert _cli("share", "clear", "acme", "--json")[0] == 0
     aw.run_until_idle()
     assert all(q["throttled"] == 0 for q in _cli("queues", "--json")[1]["queues"])
+
+
+def test_share_set_takes_rate_limits_and_refuses_a_submitter(aw: InProcessWorker) -> None:
+    code, row, _ = _cli("share", "set", "acme", "--laps-per-minute", "30",
+                        "--tokens-per-minute", "90000", "--json")
+    assert code == 0 and (row["laps_per_minute"], row["tokens_per_minute"]) == (30, 90000)
+    listed = _cli("share", "list", "--json")[1]["limits"]
+    assert [(r["laps_per_minute"], r["tokens_per_minute"]) for r in listed
+            if r["tenant"] == "acme"] == [(30, 90000)]
+    agent = f"cli-{uuid.uuid4().hex[:6]}"
+    aw.rt.registry.register(Agent(name=agent, model=ScriptedModel(lambda r: turn("ok"))))
+    _cli("submit", agent, "--tenant", "acme", "--json")
+    line = next(q for q in _cli("queues", "--json")[1]["queues"] if q["agent"] == agent)
+    assert (line["laps_per_minute"], line["tokens_per_minute"]) == (30, 90000)
+    assert "30/90000" in _cli("queues")[1]
+    code, _, err = _cli("share", "set", "acme", "--laps-per-minute", "-1", "--json")
+    assert code == 2 and json.loads(err)["error"]["code"] == "invalid_input"
+    api.configure(aw.acting_as(Principal("sam", "acme", frozenset({"submitter"}))))
+    code, _, err = _cli("share", "set", "acme", "--tokens-per-minute", "1", "--json")
+    assert code == 5 and json.loads(err)["error"]["code"] == "permission_denied"

@@ -22,10 +22,15 @@ every worker process, and a restarted server, answers a lap the same way.
 A *fault* is ``{"fault": kind, ...}``: ``"429"`` or any other HTTP status (with an
 optional ``"retry_after"`` in seconds), ``"context_length"`` (the provider's 400),
 ``"drop"`` (the answer is produced and logged, then the connection closes unanswered),
-or ``"slow"`` (answer after ``"delay"`` seconds). Faults queued by ``/_faults`` hit the
-next requests whatever their lap; a fault written in the script before turn *k* hits
-the first request for lap *k* (once per server lifetime). A ``"401"`` fault echoes the
-caller's key in its message, as careless providers do, to test that clients scrub it.
+or ``"slow"`` (answer after ``"delay"`` seconds). With ``tokens_per_minute`` the server
+keeps a provider's rate limit: a request whose usage would take the last 60 seconds
+over it gets a 429 with the Retry-After that would let it fit (logged as
+``fault:429-tpm``); every log entry carries its wall-clock ``at``.
+
+Faults queued by ``/_faults`` hit the next requests whatever their lap; a fault
+written in the script before turn *k* hits the first request for lap *k* (once per
+server lifetime). A ``"401"`` fault echoes the caller's key in its message, as
+careless providers do, to test that clients scrub it.
 """
 
 from __future__ import annotations
@@ -78,19 +83,44 @@ def load_script(entries: Sequence[Mapping[str, Any]]) -> tuple[list[JSON], dict[
 class _State:
     """Everything the handler threads share, behind one lock."""
 
-    def __init__(self, script: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, script: Sequence[Mapping[str, Any]],
+                 tokens_per_minute: int | None = None) -> None:
         self.lock = threading.Lock()
         self.turns, self._script_faults = load_script(script)
         self.armed: dict[int, deque[JSON]] = {}
         self.queue: deque[JSON] = deque()
         self.log: list[JSON] = []
+        self.tokens_per_minute = tokens_per_minute
+        self.served: deque[tuple[float, int]] = deque()
         self.reset()
+
+    def over_limit(self, tokens: int) -> float | None:
+        """With a tokens-per-minute limit, as a provider keeps one: ``None``
+        and the tokens counted if ``tokens`` more fit the last 60 s, else the
+        seconds until they would (the 429's Retry-After)."""
+        if self.tokens_per_minute is None:
+            return None
+        with self.lock:
+            now = time.monotonic()
+            while self.served and self.served[0][0] <= now - 60:
+                self.served.popleft()
+            used = sum(n for _, n in self.served)
+            if used + tokens <= self.tokens_per_minute:
+                self.served.append((now, tokens))
+                return None
+            freed = 0
+            for at, n in self.served:
+                freed += n
+                if used - freed + tokens <= self.tokens_per_minute:
+                    return max(0.1, at + 60 - now)
+            return 60.0
 
     def reset(self) -> None:
         with self.lock:
             self.armed = {lap: deque(fs) for lap, fs in self._script_faults.items()}
             self.queue.clear()
             self.log.clear()
+            self.served.clear()
 
     def next_fault(self, lap: int) -> JSON | None:
         with self.lock:
@@ -280,6 +310,7 @@ class _Handler(BaseHTTPRequestHandler):
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": body,
             "lap": lap,
+            "at": time.time(),
         }
         fault = state.next_fault(lap)
         kind = fault["fault"] if fault else None
@@ -298,6 +329,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         turn = state.turns[lap]
         usage = _usage(body, turn)
+        wait = state.over_limit(sum(usage))
+        if wait is not None:
+            entry["outcome"] = "fault:429-tpm"
+            state.record(entry)
+            self._fail(wire, {"fault": "429", "retry_after": round(wait, 1)})
+            return
         answer = wire.answer(body, turn, lap, usage)
         entry["usage"] = {"input": usage[0], "output": usage[1]}
         entry["outcome"] = "dropped" if kind == "drop" else "ok"
@@ -380,13 +417,14 @@ class FakeLLMServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        tokens_per_minute: int | None = None,
     ) -> None:
         entries = (
             json.loads(Path(script).read_text(encoding="utf-8"))
             if isinstance(script, str | Path)
             else script
         )
-        self._state = _State(entries)
+        self._state = _State(entries, tokens_per_minute)
         self._server = _Server((host, port), self._state)
         self._thread: threading.Thread | None = None
 

@@ -27,7 +27,7 @@ from store import tenancy
 from store.db import make_engine
 from store.sql import SqlStore
 from tasks.runtime import WorkerRuntime, system_store
-from tests.conftest import _unavailable
+from tests.support import unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def system_url(database_url: str) -> str:
             bypass = c.execute(text("SELECT rolbypassrls FROM pg_roles "
                                     "WHERE rolname = current_user")).scalar()
     except OperationalError as e:
-        _unavailable(f"role {ROLE} cannot log in (deploy/local/services.sh creates it): {e}")
+        unavailable(f"role {ROLE} cannot log in (deploy/local/services.sh creates it): {e}")
     finally:
         probe.dispose()
     assert bypass, f"{ROLE} must have BYPASSRLS"
