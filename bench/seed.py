@@ -75,9 +75,18 @@ def run_id(g: int) -> str:
     return f"seed-{g:07d}"
 
 
+def turn(g: int) -> int:
+    """What picks run ``g``'s status and queue: it steps by one from each of a
+    tenant's runs to its next, so every tenant holds every status (``g % 2``
+    would give the even tenants no waiting run at all), and from each run to
+    the next, so a tiny seed holds every status too."""
+    return g // TENANTS + g % TENANTS
+
+
 def labels(g: int) -> str:
     return json.dumps({"customer": f"acme-{g % CUSTOMERS}",
-                       "queue": "vip" if g % 10 == 0 else "std", "region": f"eu-{g % REGIONS}"})
+                       "queue": "vip" if turn(g) % 10 == 0 else "std",
+                       "region": f"eu-{g % REGIONS}"})
 
 
 class Seeder:
@@ -97,6 +106,10 @@ class Seeder:
         i = g - s.finished - s.paused
         return self.now - timedelta(hours=1) + timedelta(minutes=59) * i / max(s.active, 1)
 
+    def waits(self, g: int) -> bool:
+        """Whether paused run ``g`` waits on an approval (else it sleeps)."""
+        return self.shape.kind(g) == "paused" and turn(g) % 2 == 1
+
     def laps(self, g: int) -> int:
         return 1 + g % 8
 
@@ -109,7 +122,8 @@ class Seeder:
         finished_at: datetime | None = None
         later = self.now + timedelta(days=1)
         if kind == "finished":
-            status = ("succeeded", "failed", "cancelled")[(g % 50 >= 45) + (g % 50 == 49)]
+            r = turn(g) % 50
+            status = ("succeeded", "failed", "cancelled")[(r >= 45) + (r == 49)]
             finished_at = at + timedelta(seconds=30 * laps)
             if status == "succeeded":
                 result = json.dumps({"answer": TEXT[:120]})
@@ -117,12 +131,12 @@ class Seeder:
                 error = (("tool_failed", "the refund API answered 500") if status == "failed"
                          else ("cancelled", "cancelled by an operator"))
         elif kind == "paused":
-            if g % 2:
+            if self.waits(g):
                 status, waiting_for = "waiting", WaitingFor.approval(f"ap-{g}").format()
             else:
                 status = "sleeping"
                 wake_at = self.now + timedelta(hours=1) + timedelta(minutes=g % (30 * 24 * 60))
-        elif g % 2:
+        elif turn(g) % 2:
             status, lease_owner, lease_exp = "running", "seed-worker", later
         else:
             status, lease_exp, enqueued_at = "queued", later, self.now
@@ -166,7 +180,7 @@ class Seeder:
                    json.dumps({"refund_id": f"re_{g}"}), None, 1, at, at)
 
     def approvals(self, g: int) -> Iterator[Row]:
-        if self.shape.kind(g) == "paused" and g % 2:
+        if self.waits(g):
             at = self.created(g)
             yield (f"ap-{g}", run_id(g), f"{run_id(g)}:{self.laps(g)}:0", "refund",
                    json.dumps({"amount": g % 500}), "pending", "reject", at,
