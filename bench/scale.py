@@ -188,6 +188,11 @@ def main() -> None:
         seeded_store, fns = stores["seeded"]
         out["plans"] = {name: [p.line() for p in plans.census(seeded_store.engine, fn)]
                         for name, fn in fns.items()}
+        for name, lines in out["plans"].items():
+            # Inside Postgres, summed over the probe's SELECTs: what the size
+            # of the database costs, apart from round trips and client CPU.
+            in_db = sum(line["db_ms"] for line in lines)
+            out[name].update(db_ms=round(in_db, 2), met_in_db=in_db < goal_of(name))
         out["load_after"] = os.getloadavg()
         print(json.dumps(out, indent=1, default=str))
         for store, _ in stores.values():
