@@ -50,10 +50,13 @@ def statements(engine: Engine, fn: Callable[[], object]) -> list[tuple[str, Any]
     return seen
 
 
-def explain(engine: Engine, sql: str, params: Any) -> Plan:
+def explain(engine: Engine, sql: str, params: Any, *, first: str | None = None) -> Plan:
     """``sql`` under EXPLAIN (ANALYZE, BUFFERS), in a transaction rolled back
-    (a sweeper's ``FOR UPDATE`` takes its row locks and lets them go)."""
+    (a sweeper's ``FOR UPDATE`` takes its row locks and lets them go), after
+    the statement ``first`` if given (in the same transaction)."""
     with engine.connect() as conn:
+        if first is not None:
+            conn.exec_driver_sql(first)
         (doc,) = conn.exec_driver_sql(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).scalar_one()
         conn.rollback()
@@ -68,9 +71,11 @@ def explain(engine: Engine, sql: str, params: Any) -> Plan:
     return Plan(sql=sql, ms=float(doc["Execution Time"]), buffers=buffers, seq_scans=seq)
 
 
-def census(engine: Engine, fn: Callable[[], object]) -> list[Plan]:
-    """The plan of every SELECT ``fn`` sends, in order."""
-    return [explain(engine, sql, params) for sql, params in statements(engine, fn)]
+def census(engine: Engine, fn: Callable[[], object], *, first: str | None = None
+           ) -> list[Plan]:
+    """The plan of every SELECT ``fn`` sends, in order (each after ``first``)."""
+    return [explain(engine, sql, params, first=first)
+            for sql, params in statements(engine, fn)]
 
 
 __all__ = ["Plan", "census", "explain", "statements"]

@@ -19,7 +19,9 @@ database and on an empty one, side by side in one run.
 
 Every SELECT of the sweep, the scrape and the listings is then re-run under
 ``EXPLAIN (ANALYZE, BUFFERS)`` on the seeded database (``bench.plans``): the
-time inside Postgres and any table read by sequential scan. Before measuring,
+time inside Postgres and any table read by sequential scan; the listings once
+more with the tenancy policy not forced (``db_ms_rls_not_forced``, in a
+transaction rolled back), which shows what row-level security costs their plans. Before measuring,
 the seeded runs' leases, hand-offs, timers and approval timeouts are pushed a
 day ahead, so a pass finds the same nothing-due state however long ago the
 seed ran. The empty database is dropped at the end; the seeded one is kept.
@@ -61,6 +63,7 @@ from store.sql import SqlStore
 
 GOALS_MS = {"sweep": 50.0, "metrics": 200.0, "listing": 50.0}
 LAP_RATIO = 1.10
+UNFORCED = "ALTER TABLE runs NO FORCE ROW LEVEL SECURITY"
 TENANT = "tenant-40"  # holds queue=vip runs (run numbers divisible by 10)
 
 RENEW = [
@@ -193,6 +196,11 @@ def main() -> None:
             # of the database costs, apart from round trips and client CPU.
             in_db = sum(line["db_ms"] for line in lines)
             out[name].update(db_ms=round(in_db, 2), met_in_db=in_db < goal_of(name))
+            if "_runs" in name:
+                # The same statements with the tenancy policy not forced on the
+                # owner (rolled back): what row-level security costs the plan.
+                free = plans.census(seeded_store.engine, fns[name], first=UNFORCED)
+                out[name]["db_ms_rls_not_forced"] = round(sum(p.ms for p in free), 2)
         out["load_after"] = os.getloadavg()
         print(json.dumps(out, indent=1, default=str))
         for store, _ in stores.values():
