@@ -98,7 +98,7 @@ def _db_ms(c: Connection, f: RunFilter, cursor: str | None, limit: int,
 
 def _seeded(url: str, n: int) -> Engine:
     upgrade(url)
-    engine = create_engine(url)
+    engine = make_engine(url)  # the system scope: the policy of 0003_tenancy checks inserts too
     t = time.perf_counter()
     with engine.begin() as c:
         c.execute(SEED, {"n": n})
