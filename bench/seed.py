@@ -141,7 +141,7 @@ class Seeder:
         else:
             status, lease_exp, enqueued_at = "queued", later, self.now
         updated = finished_at or at + timedelta(seconds=30 * laps)
-        return (run_id(g), f"tenant-{g % TENANTS}", f"agent-{g % AGENTS}", "1", status,
+        return (run_id(g), f"tenant-{g % TENANTS}", f"agent-{g // 7 % AGENTS}", "1", status,
                 laps + 1, 0, lease_owner, lease_exp, wake_at, enqueued_at, waiting_for,
                 json.dumps({"task": "answer the customer's ticket"}), result, error[0],
                 error[1], '{"max_laps": 50}', laps, 900 * laps, 300 * laps, 4200 * laps,
