@@ -10,7 +10,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Index, Integer, MetaData, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    text,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -48,13 +58,17 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), Any: JSON()}
 
 
+_ENDED = text("status IN ('succeeded', 'failed', 'cancelled')")
+_PAUSED = text("status IN ('waiting', 'sleeping')")
+
+
 class Run(Base):
     """One row per run: what workers claim and operators list."""
 
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    tenant: Mapped[str | None] = mapped_column(String(200), index=True)
+    tenant: Mapped[str | None] = mapped_column(String(200))
     agent_name: Mapped[str] = mapped_column(String(200))
     agent_version: Mapped[str] = mapped_column(String(50))
     status: Mapped[str] = mapped_column(String(20))
@@ -108,6 +122,13 @@ class Run(Base):
 
         Index("ix_runs_admission", "status", "admitted_lap", "tenant", "priority",
               "created_at"),
+        # A tenant's runs newest first; partial ones by status, which no lap's
+        # two updates of a run in flight touch (migration 0015_scale_indexes).
+        Index("ix_runs_tenant_created", "tenant", "created_at", "id"),
+        Index("ix_runs_tenant_ended", "tenant", "status", "created_at", "id",
+              postgresql_where=_ENDED, sqlite_where=_ENDED),
+        Index("ix_runs_tenant_paused", "tenant", "status", "created_at", "id",
+              postgresql_where=_PAUSED, sqlite_where=_PAUSED),
     )
 
 
