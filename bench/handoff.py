@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, create_database, drop_database, interleaved_runs, log
+from bench.common import RESULTS, create_database, drop_database, interleaved_runs
 from bench.fleets import BenchFleet
 from bench.ours import OWNERS, InProcess, _run_celery
 from bench.workload import run_id

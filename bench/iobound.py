@@ -10,7 +10,7 @@ at once and waits for all of them to finish, every lap committed once.
   is the goal's figure (at least 0.8 with 500 runs and 1 s). The steady rate,
   between the 10th and 90th percentile of commits, is printed beside it.
 * memory per in-flight lap = (peak RSS of the workers, main processes and pool
-  children, while the runs move − their RSS when idle) / runs in flight.
+  children, while the runs move, minus their RSS when idle) / runs in flight.
 
 Prints the figures with the machine's load and writes ``bench/results/iobound.json``.
 """

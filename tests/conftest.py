@@ -160,6 +160,9 @@ def worker_env(database_url: str, broker_url: str, tmp_path: Path) -> dict[str, 
         AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5",
         AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
         AGENT_WORKER_FAULT_DIR=str(tmp_path / "faults"),
+        # The pool every test worker runs: AGENT_WORKER_TEST_POOL=threads runs the
+        # integration and chaos suites under the IO-bound fleets' pool.
+        AGENT_WORKER_WORKER_POOL=os.environ.get("AGENT_WORKER_TEST_POOL", "prefork"),
     )
     return env
 

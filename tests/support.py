@@ -108,6 +108,11 @@ class Proc:
         out = subprocess.run(["pgrep", "-g", str(self.pid)], capture_output=True, text=True)
         return [int(p) for p in out.stdout.split() if int(p) != self.pid]
 
+    def lap_pids(self) -> list[int]:
+        """The processes that run this worker's laps (the pid in a lease owner):
+        the pool children under prefork, the worker itself under threads."""
+        return self.children() or [self.pid]
+
 
 class Fleet:
     """Workers and a beat for one test; everything is killed at teardown."""
@@ -120,8 +125,10 @@ class Fleet:
     def worker(self, concurrency: int = 2, queues: str | None = None,
                **env: str) -> Proc:
         self._n += 1
+        # No --pool: AGENT_WORKER_WORKER_POOL decides, as in a deployment (the
+        # worker_env fixture takes it from AGENT_WORKER_TEST_POOL, default prefork).
         args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
-                "--concurrency", str(concurrency), "--pool", "prefork", "--without-mingle",
+                "--concurrency", str(concurrency), "--without-mingle",
                 "--without-gossip", "-n", f"w{self._n}-{os.getpid()}@%h"]
         if queues:
             args += ["--queues", queues]
