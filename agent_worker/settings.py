@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     )
     worker_pool: Literal["prefork", "threads", "solo"] = Field(
         "prefork",
-        description="Celery pool of `celery -A tasks worker` (a `--pool` flag other than "
+        description="Celery pool of a worker process (a `--pool` flag other than "
         "`prefork`, which Celery takes for its default, overrides it). "
         "`prefork`: one lap per process, hard time limits kill a hung lap. `threads`: many "
         "laps per process waiting on their model calls (IO-bound fleets, see README); no "
