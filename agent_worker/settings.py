@@ -8,6 +8,7 @@ The README's configuration table is generated from the field descriptions.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -75,6 +76,27 @@ class Settings(BaseSettings):
     )
     lap_time_limit_seconds: float = Field(
         660.0, gt=0, description="Celery hard time limit of one lap (pool child is killed)."
+    )
+    worker_pool: Literal["prefork", "threads", "solo"] = Field(
+        "prefork",
+        description="Celery pool of a worker process (a `--pool` flag other than "
+        "`prefork`, which Celery takes for its default, overrides it). "
+        "`prefork`: one lap per process, hard time limits kill a hung lap. `threads`: many "
+        "laps per process waiting on their model calls (IO-bound fleets, see README); no "
+        "Celery time limits, a lap past `AGENT_WORKER_LAP_TIME_LIMIT_SECONDS` loses its lease "
+        "instead.",
+    )
+    worker_concurrency: int = Field(
+        0,
+        ge=0,
+        description="Laps one worker runs at once (a `--concurrency` flag overrides it); 0 "
+        "means Celery's default, the CPU count. With `threads`, about the runs in flight per "
+        "process you want (e.g. 256).",
+    )
+    task_events: bool = Field(
+        True,
+        description="Send Celery task events (Flower's task views need them); each lap costs "
+        "Redis publishes. Off, Flower still lists workers and queues.",
     )
     visibility_timeout_seconds: int = Field(
         7200,

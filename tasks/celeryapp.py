@@ -71,9 +71,14 @@ def make_app() -> Celery:
         # hands them back to the broker at once instead of waiting for the VT.
         worker_soft_shutdown_timeout=s.soft_shutdown_timeout_seconds,
         worker_enable_soft_shutdown_on_idle=True,
-        # Flower needs task events, including "sent" from producers.
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Flower needs task events, including "sent" from producers (each a Redis
+        # publish per lap: AGENT_WORKER_TASK_EVENTS=false saves them, BENCHMARKS.md).
+        worker_send_task_events=s.task_events,
+        task_send_sent_event=s.task_events,
+        # The pool: prefork for CPU-bound laps, threads for laps that wait on a
+        # model (README: IO-bound fleets). A --pool/--concurrency flag wins.
+        worker_pool=s.worker_pool,
+        **({"worker_concurrency": s.worker_concurrency} if s.worker_concurrency else {}),
         # Separate queues: sweeps never wait behind long laps.
         task_queues=queues,
         task_default_queue=MAINT_QUEUE,

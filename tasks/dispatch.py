@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from celery import Celery
+
 from agent_worker.constants import LAP_TASK_NAME
 from store.base import DueLap
 from tasks.celeryapp import get_app
@@ -15,9 +17,15 @@ log = logging.getLogger(__name__)
 
 
 class CeleryDispatcher:
+    """Sends through ``app``, by default the process's one app (a benchmark
+    driving several fleets on several brokers passes one app per fleet)."""
+
+    def __init__(self, app: Celery | None = None) -> None:
+        self.app = app
+
     def send(self, lap: DueLap) -> None:
         try:
-            get_app().send_task(
+            (self.app or get_app()).send_task(
                 LAP_TASK_NAME, kwargs={"run_id": lap.run_id, "lap": lap.lap},
                 queue=lap_queue(lap.agent_name, lap.agent_version),
                 headers={"agent": f"{lap.agent_name}@{lap.agent_version}"},

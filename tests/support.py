@@ -63,6 +63,9 @@ def worker_environ(database_url: str, broker_url: str, fault_dir: Path,
         AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5",
         AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
         AGENT_WORKER_FAULT_DIR=str(fault_dir),
+        # The pool every test worker runs: AGENT_WORKER_TEST_POOL=threads runs the
+        # integration and chaos suites under the IO-bound fleets' pool.
+        AGENT_WORKER_WORKER_POOL=os.environ.get("AGENT_WORKER_TEST_POOL", "prefork"),
     )
     return env
 
@@ -189,6 +192,11 @@ class Proc:
         out = subprocess.run(["pgrep", "-g", str(self.pid)], capture_output=True, text=True)
         return [int(p) for p in out.stdout.split() if int(p) != self.pid]
 
+    def lap_pids(self) -> list[int]:
+        """The processes that run this worker's laps (the pid in a lease owner):
+        the pool children under prefork, the worker itself under threads."""
+        return self.children() or [self.pid]
+
 
 def lease_holder(owner: str | None, procs: Iterable[Proc]) -> Proc | None:
     """The live worker among ``procs`` one of whose pool children holds a lease
@@ -210,8 +218,10 @@ class Fleet:
     def worker(self, concurrency: int = 2, queues: str | None = None,
                **env: str) -> Proc:
         self._n += 1
+        # No --pool: AGENT_WORKER_WORKER_POOL decides, as in a deployment (the
+        # worker_env fixture takes it from AGENT_WORKER_TEST_POOL, default prefork).
         args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
-                "--concurrency", str(concurrency), "--pool", "prefork", "--without-mingle",
+                "--concurrency", str(concurrency), "--without-mingle",
                 "--without-gossip", "-n", f"w{self._n}-{os.getpid()}@%h"]
         if queues:
             args += ["--queues", queues]

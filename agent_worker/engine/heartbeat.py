@@ -5,6 +5,12 @@ One daemon thread per runtime (``Runtime.heartbeat``, restarted in a forked
 child) renews every lap in flight that has run longer than the heartbeat
 interval; a lap that finishes sooner never touches it, so the common short lap
 pays no extra write. ``Runtime.close()`` stops the thread.
+
+A lap running longer than ``lap_time_limit_seconds`` is no longer renewed: its
+lease expires and the sweeper hands the run to another worker, whose fenced
+commit wins. Under the prefork pool Celery's hard time limit kills such a lap
+first; the threads pool has no time limits, and without this a hung tool would
+hold its run for ever.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ class Heartbeat:
     def __init__(self, rt: Runtime, run_id: str, lap: int, owner: str) -> None:
         self.rt, self.run_id, self.lap, self.owner = rt, run_id, lap, owner
         self.state = "ok"
-        self.renewed = time.monotonic()
+        self.started = self.renewed = time.monotonic()
 
     def __enter__(self) -> Heartbeat:
         _beater(self.rt).add(self)
@@ -83,11 +89,17 @@ class _Beater:
 
     def _loop(self) -> None:
         interval = self.rt.settings.heartbeat_interval_seconds
+        limit = self.rt.settings.lap_time_limit_seconds
         while not self._stopped.wait(interval / 4):
             now = time.monotonic()
             with self.lock:
                 due = [hb for hb in self.laps if hb.state == "ok" and now - hb.renewed >= interval]
             for hb in due:
+                if now - hb.started > limit:
+                    log.warning("lap %s of %s ran past %.0f s: its lease is left to expire",
+                                hb.lap, hb.run_id, limit)
+                    hb.state = "lost"  # check() stops the lap at its next step
+                    continue
                 hb.renew()
 
 

@@ -112,14 +112,14 @@ class Chaos:
         """A random worker, preferring one with laps in flight (a replacement
         still booting holds none, and killing it would prove little)."""
         alive = [w for w in self.workers if w.alive()]
-        busy = [w for w in alive if self.in_flight_on(w.children())]
+        busy = [w for w in alive if self.in_flight_on(w.lap_pids())]
         return self.rng.choice(busy or alive)
 
     def kill_one(self) -> None:
         if sum(w.alive() for w in self.workers) < 2:  # keep one worker alive throughout
             return
         victim = self.pick()
-        pids = victim.children()
+        pids = victim.lap_pids()
         victim.kill(signal.SIGKILL)
         self.kills += 1
         self.workers.remove(victim)
@@ -129,7 +129,7 @@ class Chaos:
 
     def warm_shutdown(self) -> None:
         victim = self.pick()
-        pids = victim.children()
+        pids = victim.lap_pids()
         lapping = self.in_flight_on(pids)
         os.kill(victim.pid, signal.SIGTERM)  # REMAP_SIGTERM=SIGQUIT: soft, then hand back
         self.workers.remove(victim)

@@ -50,7 +50,7 @@ SOFT_SHUTDOWN_SECONDS = 20
 KUBERNETES_VERSION = "1.30"
 # The canonical worker command; every deploy flavour must run exactly this.
 WORKER_ARGS = shlex.split(
-    "-A tasks worker --concurrency 4 --loglevel INFO --without-mingle"
+    "-A tasks worker --loglevel INFO --without-mingle"
 )
 APP_IMAGE = "registry.example.com/agent-worker"
 REQUIRED_ENV = {
@@ -60,6 +60,9 @@ REQUIRED_ENV = {
     "AGENT_WORKER_LEASE_TTL_SECONDS",
     "AGENT_WORKER_SWEEP_INTERVAL_SECONDS",
     "AGENT_WORKER_METRICS_PORT",
+    # The pool and laps at once come from the environment, not the command line.
+    "AGENT_WORKER_WORKER_POOL",
+    "AGENT_WORKER_WORKER_CONCURRENCY",
 }
 ALERT_METRICS = [
     "agent_worker_stale_runs",

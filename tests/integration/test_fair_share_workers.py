@@ -43,7 +43,7 @@ def test_capped_run_waits_and_a_killed_workers_slot_comes_back(aw: AgentWorker,
         assert aw.get_run(quick).admitted_lap == THROTTLED
         wait_for(lambda: aw.get_run(slow).status == "running", timeout=60)
         owner = aw.get_run(slow).lease_owner or ""
-        holder = next(w for w in workers if int(owner.split(":")[1]) in w.children())
+        holder = next(w for w in workers if int(owner.split(":")[1]) in w.lap_pids())
         holder.kill(signal.SIGKILL)  # the other worker lives on, sweeps and runs laps
         killed = time.monotonic()
         wait_for(lambda: aw.get_run(slow).recoveries >= 1, timeout=30)

@@ -217,7 +217,7 @@ RULES: list[tuple[str, Check]] = [
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
      r"|agent-worker console --host 127\.0\.0\.1 --port 8090"
      r"|celery -A tasks (flower --port=5555 --address=127.0.0.1|beat --loglevel INFO"
-     r"|worker --concurrency 4 --loglevel INFO --without-mingle)", serve),
+     r"|worker --loglevel INFO --without-mingle)", serve),
     (r"deploy/local/(demo|test|install)\.sh", first_hour),
     (r"deploy/local/test\.sh .+|python -m pytest .+", pytest_args),
     (r"make [a-z -]+", make_dry),

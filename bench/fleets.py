@@ -1,0 +1,108 @@
+"""A Celery fleet of our own for one benchmark variant: its own database, its own
+Redis database, a client that sends through its own Celery app, and workers
+started with the variant's environment (pool, concurrency, task events).
+
+Several fleets live side by side in one benchmark so their runs can take turns
+(a burst of load on this shared machine then hits every variant alike), and
+none of them can take another's lap messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from celery import Celery
+
+from agent_worker.api import AgentWorker
+from agent_worker.runtime import Runtime
+from bench.common import ROOT, Proc, RedisDb, create_database, drop_database, sa_url, settings_from
+from bench.ours import Deferred
+from store.migrate import upgrade
+from store.sql import SqlStore
+from tasks.dispatch import CeleryDispatcher
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class BenchFleet:
+    """One variant's fleet. ``env`` holds its ``AGENT_WORKER_*`` settings."""
+
+    def __init__(self, name: str, env: Mapping[str, str], logdir: Path,
+                 agent_modules: str = "bench.agents") -> None:
+        self.name, self.logdir = name, logdir
+        self.db = f"bench_{name.replace('-', '_')}"
+        self.url = create_database(self.db)
+        upgrade(sa_url(self.url))
+        self.redis = RedisDb().__enter__()
+        base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
+        self.env = {**base, "PYTHONPATH": str(ROOT),
+                    "AGENT_WORKER_DATABASE_URL": sa_url(self.url),
+                    "AGENT_WORKER_BROKER_URL": self.redis.url,
+                    "AGENT_WORKER_AGENT_MODULES": agent_modules, **env}
+        # The client only sends first laps: a bare app on this fleet's broker, JSON only.
+        app = Celery(f"client-{name}", broker=self.redis.url, set_as_current=False)
+        app.conf.update(task_serializer="json", accept_content=["json"])
+        self.deferred = Deferred(CeleryDispatcher(app))
+        self.store = SqlStore(sa_url(self.url))
+        self.aw = AgentWorker(Runtime(store=self.store, dispatcher=self.deferred,
+                                      settings=settings_from(self.env)))
+        self.workers: list[Proc] = []
+
+    def worker(self, concurrency: int, **env: str) -> Proc:
+        """Start ``celery -A tasks worker``; the pool comes from the fleet's env
+        (``AGENT_WORKER_WORKER_POOL``), as in a deployment."""
+        n = len(self.workers)
+        args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel",
+                "WARNING", "--concurrency", str(concurrency), "--without-mingle",
+                "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
+        proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log").start()
+        self.workers.append(proc)
+        return proc
+
+    def pids(self) -> tuple[list[int], list[int]]:
+        """The workers' main processes and their pool children."""
+        mains = [p.pid for p in self.workers if p.alive()]
+        return mains, [c for p in self.workers if p.alive() for c in p.children()]
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of the main processes and of the pool children."""
+        mains, children = self.pids()
+        return sum(map(cpu_seconds, mains)), sum(map(cpu_seconds, children))
+
+    def rss(self) -> int:
+        mains, children = self.pids()
+        return sum(map(rss_bytes, mains + children))
+
+    def stop_workers(self) -> None:
+        for p in self.workers:
+            p.stop()
+        self.workers.clear()
+
+    def close(self) -> None:
+        self.stop_workers()
+        self.store.dispose()
+        self.redis.__exit__()
+        drop_database(self.db)

@@ -1,0 +1,183 @@
+"""IO-bound concurrency (issue 21 goal 3): ``python -m bench.iobound``.
+
+Starts a loopback provider answering every model call after ``--latency``
+seconds (``bench.io_provider``), ``--workers`` real ``celery -A tasks worker``
+processes of the chosen pool, then enqueues ``--runs`` runs of ``--laps`` laps
+at once and waits for all of them to finish, every lap committed once.
+
+* lap rate = laps committed / seconds from the first send to the last commit
+  (ramp and tail included); ideal = runs in flight / model latency; the ratio
+  is the goal's figure (at least 0.8 with 500 runs and 1 s). The steady rate,
+  between the 10th and 90th percentile of commits, is printed beside it.
+* memory per in-flight lap = (peak RSS of the workers, main processes and pool
+  children, while the runs move, minus their RSS when idle) / runs in flight.
+
+Prints the figures with the machine's load and writes ``bench/results/iobound.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from bench.common import RESULTS, Proc, log, wait_for
+from bench.fleets import BenchFleet
+from bench.io_agent import IO_AGENT_NAME
+from bench.workload import run_id
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _progress(fleet: BenchFleet, prefix: str) -> tuple[int, int]:
+    """(runs not finished, laps committed) of the runs named ``prefix-…``."""
+    with fleet.store.engine.connect() as c:
+        left = c.execute(text(
+            "SELECT count(*) FROM runs WHERE id LIKE :p AND status NOT IN "
+            "('succeeded', 'failed', 'cancelled')"), {"p": f"{prefix}-%"}).scalar_one()
+        laps = c.execute(text("SELECT count(*) FROM checkpoints WHERE run_id LIKE :p "
+                              "AND lap > 0"), {"p": f"{prefix}-%"}).scalar_one()
+    return int(left), int(laps)
+
+
+def _check(fleet: BenchFleet, prefix: str, runs: int, laps: int) -> None:
+    """Fail loudly unless every run succeeded with laps 0..``laps`` committed once."""
+    with fleet.store.engine.connect() as c:
+        bad = c.execute(text(
+            "SELECT id, status, next_lap, error_message FROM runs WHERE id LIKE :p AND "
+            "(status <> 'succeeded' OR next_lap <> :n) LIMIT 3"),
+            {"p": f"{prefix}-%", "n": laps + 1}).all()
+        count = c.execute(text("SELECT count(DISTINCT (run_id, lap)) FROM checkpoints "
+                               "WHERE run_id LIKE :p"), {"p": f"{prefix}-%"}).scalar_one()
+    if bad or count != runs * (laps + 1):
+        raise RuntimeError(f"expected {runs} runs of {laps} laps each committed once; "
+                           f"counted {count} checkpoints; e.g. {bad}")
+
+
+def _steady(samples: list[tuple[float, int]], total: int) -> float:
+    """Laps per second between the samples where 10% and 90% of laps were in."""
+    lo = next((s for s in samples if s[1] >= total * 0.1), samples[0])
+    hi = next((s for s in samples if s[1] >= total * 0.9), samples[-1])
+    return (hi[1] - lo[1]) / (hi[0] - lo[0]) if hi[0] > lo[0] else float("nan")
+
+
+def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str,
+            timeout: float) -> dict[str, Any]:
+    """Enqueue ``runs`` runs at once and follow them to the end (wall clock of
+    this process, polled every 0.2 s: the makespan errs long, never short)."""
+    rss_idle = fleet.rss()
+    cpu0 = fleet.cpu()
+    rids = [run_id(prefix, laps, i) for i in range(runs)]
+    fleet.deferred.hold()  # every first lap goes out at once, after every run exists
+    for rid in rids:
+        fleet.aw.start_run(IO_AGENT_NAME, {"task": "work through the plan"}, run_id=rid)
+    t0 = time.monotonic()
+    fleet.deferred.flush()
+    peak, samples = rss_idle, [(0.0, 0)]
+    while True:
+        left, done = _progress(fleet, prefix)
+        now = time.monotonic() - t0
+        samples.append((now, done))
+        if not left:
+            break
+        if now > timeout:
+            raise RuntimeError(f"{left} of {runs} runs unfinished after {timeout:.0f} s")
+        peak = max(peak, fleet.rss())
+        time.sleep(0.2)
+    cpu1 = fleet.cpu()
+    if os.environ.get("AGENT_WORKER_BENCH_DEBUG"):
+        log(f"samples {[(round(t, 1), n) for t, n in samples]}")
+    _check(fleet, prefix, runs, laps)
+    total = runs * laps
+    makespan = samples[-1][0]
+    rate, steady, ideal = total / makespan, _steady(samples, total), runs / latency
+    return {
+        "runs": runs, "laps": laps, "latency_s": latency, "makespan_s": makespan,
+        "laps_per_s": rate, "steady_laps_per_s": steady, "ideal_laps_per_s": ideal,
+        "ratio": rate / ideal, "steady_ratio": steady / ideal,
+        "rss_idle_mb": rss_idle / 2**20, "rss_peak_mb": peak / 2**20,
+        "kb_per_inflight_lap": (peak - rss_idle) / runs / 1024,
+        "cpu_ms_per_lap_main": (cpu1[0] - cpu0[0]) / total * 1e3,
+        "cpu_ms_per_lap_children": (cpu1[1] - cpu0[1]) / total * 1e3,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.iobound", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=500, help="runs in flight")
+    p.add_argument("--laps", type=int, default=10, help="laps per run")
+    p.add_argument("--latency", type=float, default=1.0, help="model latency, seconds")
+    p.add_argument("--workers", type=int, default=2, help="worker processes")
+    p.add_argument("--pool", default="threads", help="AGENT_WORKER_WORKER_POOL")
+    p.add_argument("--concurrency", type=int, default=0,
+                   help="laps per worker at once (default: runs / workers + 10%%)")
+    p.add_argument("--events", action="store_true", help="send Celery task events too")
+    args = p.parse_args(argv)
+    concurrency = args.concurrency or -(-args.runs * 11 // (10 * args.workers))
+    logdir = RESULTS / "logs" / f"iobound-{time.strftime('%Y%m%dT%H%M%S')}"
+    logdir.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    provider = Proc([sys.executable, "-m", "bench.io_provider", "--port", str(port),
+                     "--latency", str(args.latency)], dict(os.environ),
+                    logdir / "provider.log").start()
+    load_before = os.getloadavg()
+    fleet: BenchFleet | None = None
+    try:
+        wait_for(lambda: _listening(port), 30, what="provider listening")
+        fleet = BenchFleet("iobound", {
+            "AGENT_WORKER_WORKER_POOL": args.pool,
+            "AGENT_WORKER_TASK_EVENTS": "true" if args.events else "false",
+            "AGENT_WORKER_BENCH_MODEL_URL": f"http://127.0.0.1:{port}/v1",
+            "AGENT_WORKER_BENCH_MODEL_KEY": "loopback"}, logdir, agent_modules="bench.io_agent")
+        os.environ.update(AGENT_WORKER_BENCH_MODEL_URL=f"http://127.0.0.1:{port}/v1")
+        for _ in range(args.workers):
+            fleet.worker(concurrency)
+        log(f"{args.workers} workers, pool {args.pool}, concurrency {concurrency} each")
+        measure(fleet, args.workers * 2, 2, args.latency, "iowarm", 120)  # start-up, connections
+        result = measure(fleet, args.runs, args.laps, args.latency, "io",
+                         timeout=120 + args.laps * args.latency * 10)
+    finally:
+        if fleet is not None:
+            fleet.close()
+        provider.stop()
+    result.update(pool=args.pool, workers=args.workers, concurrency=concurrency,
+                  task_events=args.events, agent=IO_AGENT_NAME,
+                  load=[load_before, os.getloadavg()])
+    _print(result)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    Path(RESULTS / "iobound.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def _print(r: dict[str, Any]) -> None:
+    print(f"\nload average (1, 5, 15 min) before {r['load'][0]}, after {r['load'][1]}")
+    print(f"{r['runs']} runs x {r['laps']} laps, model latency {r['latency_s']} s, "
+          f"{r['workers']} workers ({r['pool']}, concurrency {r['concurrency']}, "
+          f"task events {'on' if r['task_events'] else 'off'})")
+    print(f"lap rate {r['laps_per_s']:.1f}/s over {r['makespan_s']:.1f} s "
+          f"(steady {r['steady_laps_per_s']:.1f}/s); ideal {r['ideal_laps_per_s']:.1f}/s; "
+          f"ratio {r['ratio']:.2f} (steady {r['steady_ratio']:.2f})")
+    print(f"RSS idle {r['rss_idle_mb']:.0f} MB, peak {r['rss_peak_mb']:.0f} MB: "
+          f"{r['kb_per_inflight_lap']:.0f} KB per in-flight lap; CPU per lap "
+          f"{r['cpu_ms_per_lap_main']:.2f} ms main + {r['cpu_ms_per_lap_children']:.2f} ms pool")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
