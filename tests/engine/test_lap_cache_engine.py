@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agent_worker import Agent, Budget, ScriptedModel, tool, turn
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.messages import ModelRequest, ModelResponse
@@ -41,7 +43,8 @@ def _run(w: InProcessWorker, cache: bool) -> tuple[list[Any], list[Any]]:
     return seen, states
 
 
-def test_cached_laps_see_what_database_reads_would(bare_worker: InProcessWorker) -> None:
+def test_cached_laps_see_what_database_reads_would(bare_worker: InProcessWorker,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     store = bare_worker.rt.store
     assert isinstance(store, SqlStore)
     hits: list[int] = []
@@ -52,7 +55,7 @@ def test_cached_laps_see_what_database_reads_would(bare_worker: InProcessWorker)
         hits.append(found is not None)
         return found
 
-    store.lap_cache.offer = counted  # type: ignore[method-assign]
+    monkeypatch.setattr(store.lap_cache, "offer", counted)
     with_cache = _run(bare_worker, cache=True)
     assert sum(hits) >= 20, "the laps did not start from the cache"
     hits.clear()
