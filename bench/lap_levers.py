@@ -24,16 +24,22 @@ from pathlib import Path
 from bench.common import ROOT
 
 _CHILD = """
-import json, sys, uuid
+import json, sys, time, uuid
+from sqlalchemy import Engine, event
 from bench.common import create_database, drop_database
 from bench.ours import inprocess_worker, run_inprocess
 n = int(sys.argv[1])
 name = "lv_" + uuid.uuid4().hex[:8]
 url = create_database(name)
+sent = [0]
 try:
     w, d = inprocess_worker(url)
     run_inprocess(w, d, "warm-n20-0001", 20)
-    print(json.dumps({"ms_per_lap": run_inprocess(w, d, f"lv-n{n}-0001", n) / n * 1e3}))
+    event.listen(Engine, "before_cursor_execute", lambda *a: sent.__setitem__(0, sent[0] + 1))
+    cpu = time.process_time()
+    ms = run_inprocess(w, d, f"lv-n{n}-0001", n) / n * 1e3
+    print(json.dumps({"ms_per_lap": ms, "cpu_ms_per_lap": (time.process_time() - cpu) / n * 1e3,
+                      "statements_per_lap": sent[0] / n}))
 finally:
     drop_database(name)
 """
@@ -53,12 +59,13 @@ finally:
 """
 
 
-def _sample(tree: Path, code: str, *args: str) -> float:
+def _sample(tree: Path, code: str, *args: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env = {k: v for k, v in env.items() if not k.startswith("AGENT_WORKER_")}
     out = subprocess.run([sys.executable, "-c", code, *args], cwd=tree, env=env,
                          capture_output=True, text=True, timeout=900, check=True)
-    return float(json.loads(out.stdout.strip().splitlines()[-1])["ms_per_lap"])
+    found: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,15 +79,20 @@ def main(argv: list[str] | None = None) -> int:
     trees = [Path(t).resolve() for t in a.trees.split(",")]
     for n in (int(x) for x in a.sizes.split(",")):
         samples: dict[str, list[float]] = {str(t): [] for t in trees}
+        cpu: dict[str, list[float]] = {str(t): [] for t in trees}
+        sent: dict[str, list[float]] = {str(t): [] for t in trees}
         floor: list[float] = []
         loads = []
         for r in range(a.repeats):
             loads.append(os.getloadavg()[0])
             turn = trees[r % len(trees):] + trees[:r % len(trees)]
             for tree in turn:
-                samples[str(tree)].append(_sample(tree, _CHILD, str(n)))
+                got = _sample(tree, _CHILD, str(n))
+                samples[str(tree)].append(got["ms_per_lap"])
+                cpu[str(tree)].append(got["cpu_ms_per_lap"])
+                sent[str(tree)].append(got["statements_per_lap"])
             if not a.no_floor:
-                floor.append(_sample(ROOT, _FLOOR))
+                floor.append(_sample(ROOT, _FLOOR)["ms_per_lap"])
         print(f"N = {n}, load (1 min) {min(loads):.1f}-{max(loads):.1f}:")
         base = statistics.median(samples[str(trees[0])])
         for name, ms in samples.items():
@@ -88,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {med:.2f} ms/lap [{min(ms):.2f}-{max(ms):.2f}]"
                   f"  x{med / base:.2f} of the first tree"
                   + (f"  x{med / statistics.median(floor):.1f} of the floor" if floor else ""))
+            print(f"    this process's CPU {statistics.median(cpu[name]):.2f} ms/lap, "
+                  f"{statistics.median(sent[name]):.2f} statements/lap")
         if floor:
             print(f"  bare INSERT floor: {statistics.median(floor):.2f} ms "
                   f"[{min(floor):.2f}-{max(floor):.2f}]")
