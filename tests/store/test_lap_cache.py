@@ -112,6 +112,14 @@ def _commit(store: SqlStore, claim: Claim, *, summary: bool = False,
         usage=(claim.lap, 0, 0, 0), event={}, now=NOW))
 
 
+def _after_lap_one(store: SqlStore, name: str) -> str:
+    """A new run whose lap 1 ``store`` claimed and committed."""
+    rid = _rid(name)
+    _start(store, rid)
+    _commit(store, _claim(store, rid, 1, "a1"))
+    return rid
+
+
 def _same(cached: Claim, full: Claim) -> None:
     assert cached.checkpoint == full.checkpoint
     assert [(m.seq, m.lap, m.message) for m in cached.window] == [
@@ -145,9 +153,7 @@ def test_another_attempts_journaled_output_is_replayed_not_forgotten(
     journaled its model output, then gave the lap back. This process's claim
     of lap 2 must return that output (to replay it), not its cached view."""
     a, b = stores
-    rid = _rid("replay")
-    _start(a, rid)
-    _commit(a, _claim(a, rid, 1, "a1"))
+    rid = _after_lap_one(a, "replay")
     theirs = _claim(b, rid, 2, "b2")
     said = Message(role="assistant", content="journaled by b")
     b.journal_model_output(rid, 2, owner="b2", seq=3, message=said, now=NOW)
@@ -164,9 +170,7 @@ def test_another_attempts_journaled_output_is_replayed_not_forgotten(
 def test_a_lap_committed_elsewhere_is_read_from_the_database(
         stores: tuple[SqlStore, SqlStore], reads: Reads) -> None:
     a, b = stores
-    rid = _rid("moved")
-    _start(a, rid)
-    _commit(a, _claim(a, rid, 1, "a1"))
+    rid = _after_lap_one(a, "moved")
     _commit(b, _claim(b, rid, 2, "b2"))  # a redelivered lap ran on another worker
     reads.reset()
     ours = _claim(a, rid, 3, "a3")
@@ -177,9 +181,7 @@ def test_a_lap_committed_elsewhere_is_read_from_the_database(
 def test_an_operators_edit_reaches_a_cached_claim(
         stores: tuple[SqlStore, SqlStore], reads: Reads) -> None:
     a, b = stores
-    rid = _rid("edit")
-    _start(a, rid)
-    _commit(a, _claim(a, rid, 1, "a1"))
+    rid = _after_lap_one(a, "edit")
     edit = b.request_state_edit(rid, {"note": "stop after this"}, by="op", now=NOW)
     reads.reset()
     ours = _claim(a, rid, 2, "a2")
@@ -191,9 +193,7 @@ def test_an_operators_edit_reaches_a_cached_claim(
 def test_a_released_lap_and_pending_calls_read_everything_again(
         stores: tuple[SqlStore, SqlStore], reads: Reads) -> None:
     a, _ = stores
-    rid = _rid("release")
-    _start(a, rid)
-    _commit(a, _claim(a, rid, 1, "a1"))
+    rid = _after_lap_one(a, "release")
     reads.reset()
     assert a.release(rid, 2, owner=_claim(a, rid, 2, "a2").owner, now=NOW, event={},
                      outcome=RunUpdate(status="queued", enqueue=True))
