@@ -271,6 +271,10 @@ class LapStore(Protocol):
         due, or leased by a live worker: a stale or duplicate delivery; or,
         given ``served`` (``"agent@version"`` items), pinned to a version the
         caller does not serve (old code never claims a migrated run).
+        An implementation may hand back what its own last commit of the run
+        wrote instead of reading it again, only when the claim itself shows
+        nothing was written since (``store.lapcache``): the ``Claim`` is the
+        same either way.
         """
         ...
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, Literal
 
 from sqlalchemy import Connection, delete, insert, select, update
@@ -28,6 +29,8 @@ from store.base import (
     StoredMessage,
 )
 from store.dbtime import db_time
+from store.edits import StateEdit
+from store.lapcache import Known, LapCache
 from store.rows import (
     effects,
     fence,
@@ -51,6 +54,11 @@ class SqlLapStore(SqlBase):
         row = self._read(lambda c: c.execute(select(runs).where(runs.c.id == run_id)).first())
         return None if row is None else to_run(row)
 
+    @cached_property
+    def lap_cache(self) -> LapCache:
+        """What this process last committed per run (``store.lapcache``)."""
+        return LapCache()
+
     def claim(
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float,
         window_messages: int, served: Sequence[str] | None = None,
@@ -58,40 +66,33 @@ class SqlLapStore(SqlBase):
         params: dict[str, Any] = {"run_id": run_id, "lap": lap, "owner": owner, "now": now,
                                   "expires": now + timedelta(seconds=lease_seconds),
                                   "lease_seconds": lease_seconds}
-        statement = statements.CLAIM
+        cache = self.lap_cache
+        known = cache.offer(run_id, lap, window_messages)
+        statement = statements.CLAIM if known is None else statements.CLAIM_KNOWN
         if served is not None:
-            statement, params["served"] = statements.CLAIM_SERVED, list(served)
+            statement = (statements.CLAIM_SERVED if known is None
+                         else statements.CLAIM_KNOWN_SERVED)
+            params["served"] = list(served)
 
-        def tx(conn: Connection) -> Claim | None:
+        def tx(conn: Connection) -> tuple[Claim, Known] | None:
             row = conn.execute(statement, params).first()
             if row is None:
                 return None
-            state: dict[str, Any] = row.checkpoint_state
-            count = int(state.get("message_count", 0))
-            loaded = [to_message(m) for m in conn.execute(statements.WINDOW, {
-                "run_id": run_id, "start": max(count - window_messages, 0),
-                "summary": state.get("summary_seq")})]
-            lap_messages = [m for m in loaded if m.seq >= count]
-            # Tools run only after the lap's model output is journaled (or for
-            # calls pending from an earlier lap, which keep that lap's keys), so
-            # without either there is no ledger row to load.
-            pending = state.get("pending_calls") or ()
-            lap_effects: dict[str, EffectRecord] = {}
-            if lap_messages or pending:
-                laps = {lap} | {int(p["lap"]) for p in pending}
-                lap_effects = {
-                    e.key: e
-                    for e in map(to_effect, conn.execute(select(effects).where(
-                        effects.c.run_id == run_id, effects.c.lap.in_(laps))))
-                }
-            return Claim(
-                run=to_run(row), lap=lap, owner=owner, checkpoint=state,
-                window=[m for m in loaded if m.seq < count],
-                lap_messages=lap_messages, effects=lap_effects,
-                state_edits=_state.pending_edits(conn, run_id),
-            )
+            run = to_run(row)
+            edits = _state.pending_edits(conn, run_id) if row.has_edits else []
+            if known is not None and _still(known, run, row.last_seq):
+                return _claim_of(run, lap, owner, known, edits), known
+            state: dict[str, Any] = (row.checkpoint_state if known is None else conn.execute(
+                statements.CHECKPOINT, {"run_id": run_id, "lap": lap}).scalar_one())
+            return _load(conn, run, lap, owner, state, window_messages, edits)
 
-        return self._autocommit(tx, durable=False)
+        out = self._autocommit(tx, durable=False)
+        if out is None:
+            return None
+        claim, basis = out
+        cache.claimed(run_id, Known(claim.run.created_at, lap, owner, window_messages,
+                                    basis.state, basis.window))
+        return claim
 
     def renew_lease(
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float
@@ -184,7 +185,8 @@ class SqlLapStore(SqlBase):
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals or commit.applied_edits
                 or commit.update.status == "waiting" or commit.update.status in TERMINAL):
-            return self._autocommit(lambda c: lapcommit.write(c, values), durable=True)
+            return self._remember(commit, self._autocommit(
+                lambda c: lapcommit.write(c, values), durable=True))
 
         def tx(conn: Connection) -> bool:
             if not lapcommit.write(conn, values):
@@ -193,7 +195,16 @@ class SqlLapStore(SqlBase):
             _recheck_wait(conn, commit)
             return True
 
-        return self._tx(tx)
+        return self._remember(commit, self._tx(tx))
+
+    def _remember(self, commit: LapCommit, committed: bool) -> bool:
+        """After the fenced commit: what the next lap starts from, or nothing."""
+        if committed and commit.update.status not in TERMINAL:
+            self.lap_cache.committed(commit.run_id, commit.lap, commit.owner,
+                                     commit.checkpoint, commit.messages)
+        else:
+            self.lap_cache.forget(commit.run_id)
+        return committed
 
     def release(
         self, run_id: str, lap: int, *, owner: str, now: datetime, outcome: RunUpdate,
@@ -279,6 +290,49 @@ class SqlLapStore(SqlBase):
     def record_event(self, run_id: str, lap: int | None, kind: str, data: dict[str, Any],
                      *, now: datetime) -> None:
         self._tx(lambda c: record_event_tx(c, run_id, lap, kind, data, now))
+
+
+def _still(known: Known, run: RunRecord, last_seq: int | None) -> bool:
+    """Whether the claimed run is still what this process committed
+    (``store.lapcache``: the claim was fenced on ``known.lap``)."""
+    count = int(known.state.get("message_count", 0))
+    return run.created_at == known.created_at and (last_seq if last_seq is not None
+                                                   else -1) == count - 1
+
+
+def _claim_of(run: RunRecord, lap: int, owner: str, known: Known,
+              edits: list[StateEdit]) -> Claim:
+    """The claim as the database would have given it, from what this process
+    committed: no message or ledger row of this lap exists yet (``_still``)."""
+    return Claim(run=run, lap=lap, owner=owner, checkpoint=known.state,
+                 window=list(known.window), lap_messages=[], effects={}, state_edits=edits)
+
+
+def _load(conn: Connection, run: RunRecord, lap: int, owner: str, state: dict[str, Any],
+          window_messages: int, edits: list[StateEdit]) -> tuple[Claim, Known]:
+    """The claim from the database: the window, this lap's journaled messages
+    and ledger rows (with the ``Known`` its commit may extend)."""
+    count = int(state.get("message_count", 0))
+    loaded = [to_message(m) for m in conn.execute(statements.WINDOW, {
+        "run_id": run.id, "start": max(count - window_messages, 0),
+        "summary": state.get("summary_seq")})]
+    lap_messages = [m for m in loaded if m.seq >= count]
+    # Tools run only after the lap's model output is journaled (or for
+    # calls pending from an earlier lap, which keep that lap's keys), so
+    # without either there is no ledger row to load.
+    pending = state.get("pending_calls") or ()
+    lap_effects: dict[str, EffectRecord] = {}
+    if lap_messages or pending:
+        laps = {lap} | {int(p["lap"]) for p in pending}
+        lap_effects = {
+            e.key: e
+            for e in map(to_effect, conn.execute(select(effects).where(
+                effects.c.run_id == run.id, effects.c.lap.in_(laps))))
+        }
+    window = [m for m in loaded if m.seq < count]
+    claim = Claim(run=run, lap=lap, owner=owner, checkpoint=state, window=window,
+                  lap_messages=lap_messages, effects=lap_effects, state_edits=edits)
+    return claim, Known(run.created_at, lap, owner, window_messages, state, tuple(window))
 
 
 def _commit_extras(conn: Connection, commit: LapCommit) -> None:

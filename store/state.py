@@ -65,6 +65,11 @@ def run_state(conn: Connection, run_id: str) -> RunState | None:
     return RunState(to_run(row), row.checkpoint_state, int(row.pending_edits or 0))
 
 
+def pending_clause() -> Any:
+    """Edits not yet applied nor dropped."""
+    return _pending()
+
+
 def _pending() -> Any:
     return and_(state_edits.c.applied_lap.is_(None), state_edits.c.dropped_lap.is_(None))
 
@@ -132,5 +137,5 @@ def drop_pending(conn: Connection, run_id: str, lap: int, now: datetime) -> None
                         {"edits": sorted(dropped), "reason": "the run finished first"}, now)
 
 
-__all__ = ["RunState", "StateStore", "drop_pending", "mark_applied", "pending_edits",
-           "request_edit", "run_state", "state_edits"]
+__all__ = ["RunState", "StateStore", "drop_pending", "mark_applied", "pending_clause",
+           "pending_edits", "request_edit", "run_state", "state_edits"]

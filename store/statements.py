@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, String, Text, bindparam, cast, or_, select, update
+from sqlalchemy import Integer, String, Text, bindparam, cast, exists, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_worker.vocabulary import RUNNABLE
@@ -16,6 +16,7 @@ from store.admitting import THROTTLED
 from store.dbtime import db_now
 from store.models import UTCDateTime
 from store.rows import checkpoints, messages, runs
+from store.state import pending_clause, state_edits
 
 _now = bindparam("now", type_=UTCDateTime())
 _owner = bindparam("owner", type_=String())
@@ -29,7 +30,7 @@ NOT_THROTTLED = or_(runs.c.admitted_lap.is_(None), runs.c.admitted_lap != THROTT
 #: live worker (or by this very attempt: a retry after a lost reply re-claims);
 #: return the run and the checkpoint the lap resumes from. Expiry and due time
 #: are the database's (``store.dbtime``), never the claiming worker's clock.
-CLAIM = (
+_TAKE_LEASE = (
     update(runs)
     .where(
         runs.c.id == bindparam("run_id"),
@@ -44,17 +45,44 @@ CLAIM = (
             lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),
                                     bindparam("lease_seconds")),
             lap_attempts=runs.c.lap_attempts + 1, wake_at=None, updated_at=_now)
-    .returning(
-        *runs.c,
-        select(checkpoints.c.state)
-        .where(checkpoints.c.run_id == runs.c.id, checkpoints.c.lap == runs.c.next_lap - 1)
-        .scalar_subquery().label("checkpoint_state"),
-    )
 )
 
+#: The run's last message number (``store.lapcache``: whether anything was
+#: written since this process's commit) and whether operators' edits wait for
+#: this lap (``store.state``), so the claim reads them only when there are some.
+#: By the run id parameter, not ``runs.id``: SQLite renders RETURNING's columns
+#: unqualified, and ``id`` inside the subquery would be ``state_edits.id``.
+_CLAIM_FACTS = (
+    select(func.max(messages.c.seq)).where(messages.c.run_id == bindparam("run_id"))
+    .scalar_subquery().label("last_seq"),
+    exists().where(state_edits.c.run_id == bindparam("run_id"), pending_clause())
+    .label("has_edits"),
+)
+
+#: Take the lease if the run is at this lap, runnable, due, and not leased by a
+#: live worker (or by this very attempt: a retry after a lost reply re-claims);
+#: return the run and the checkpoint the lap resumes from. Expiry and due time
+#: are the database's (``store.dbtime``), never the claiming worker's clock.
+CLAIM = _TAKE_LEASE.returning(
+    *runs.c, *_CLAIM_FACTS,
+    select(checkpoints.c.state)
+    .where(checkpoints.c.run_id == runs.c.id, checkpoints.c.lap == runs.c.next_lap - 1)
+    .scalar_subquery().label("checkpoint_state"),
+)
+
+#: The same claim without the checkpoint, for a lap this process may start from
+#: what it committed (``store.lapcache``).
+CLAIM_KNOWN = _TAKE_LEASE.returning(*runs.c, *_CLAIM_FACTS)
+
+#: The checkpoint a lap resumes from, when a ``CLAIM_KNOWN`` found the cache stale.
+CHECKPOINT = select(checkpoints.c.state).where(
+    checkpoints.c.run_id == bindparam("run_id"), checkpoints.c.lap == bindparam("lap") - 1)
+
 #: The same claim, fenced on the ``agent@version`` pins the worker serves.
-CLAIM_SERVED = CLAIM.where(
-    (runs.c.agent_name + "@" + runs.c.agent_version).in_(bindparam("served", expanding=True)))
+_SERVED = (runs.c.agent_name + "@" + runs.c.agent_version).in_(
+    bindparam("served", expanding=True))
+CLAIM_SERVED = CLAIM.where(_SERVED)
+CLAIM_KNOWN_SERVED = CLAIM_KNOWN.where(_SERVED)
 
 #: The recent messages of a run, plus its compaction summary wherever it sits;
 #: bodies as JSON text, parsed straight into messages by pydantic.
