@@ -18,6 +18,7 @@ from prometheus_client import generate_latest
 import agent_worker.api as api
 from agent_worker import Agent, InProcessWorker, ScriptedModel, turn
 from agent_worker.agent import Registry
+from agent_worker.cli import common as cli_common
 from agent_worker.cli import main
 from agent_worker.metrics import registry_for
 from agent_worker.principal import Principal
@@ -72,7 +73,11 @@ def test_share_commands_queues_and_gauges(aw: InProcessWorker) -> None:
     assert all(q["throttled"] == 0 for q in _cli("queues", "--json")[1]["queues"])
 
 
-def test_share_set_takes_rate_limits_and_refuses_a_submitter(aw: InProcessWorker) -> None:
+def test_share_set_takes_rate_limits_and_refuses_a_submitter(
+        aw: InProcessWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The table's width follows the terminal (none under xdist): fix it, so the
+    # rates column is never cut to an ellipsis.
+    monkeypatch.setattr(cli_common.console, "_width", 200)
     code, row, _ = _cli("share", "set", "acme", "--laps-per-minute", "30",
                         "--tokens-per-minute", "90000", "--json")
     assert code == 0 and (row["laps_per_minute"], row["tokens_per_minute"]) == (30, 90000)
