@@ -34,7 +34,8 @@ from store.sql import SqlStore
 from tests.store_helpers import delete_run
 from tests.support import ROOT, TEST_AGENTS, Proc, wait_for
 
-pytestmark = pytest.mark.integration
+# The tests build on each other's runs (cli-loop-1): one xdist worker runs them all.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("cli")]
 
 
 @dataclass
