@@ -580,7 +580,8 @@ def postgres(database_url: str) -> Iterator[None]:
     store.dispose()
 
 
-@pytest.mark.slow  # minutes of model steps: CI runs it in the serial phase (deploy/local/test.sh)
+# Minutes of model steps, but it measures no time and moves only its own test
+# database's clock: it runs in the parallel phase of deploy/local/test.sh.
 def test_lifecycle_model(postgres: None) -> None:
     """CI: a fixed set of examples (derandomized, so CI is reproducible);
     ``AGENT_WORKER_MODEL_RANDOM=1`` explores new ones (a soak), and
