@@ -127,6 +127,11 @@ secure_pg() {
   chmod 600 "$data/pg-system-password"
   syspw="$(cat "$data/pg-system-password")"
   # On stdin, never in argv: the password stays out of the process list.
+  # One at a time (test sessions, one per xdist worker, start the services at
+  # the same moment): two concurrent ALTER ROLEs fail "tuple concurrently
+  # updated". The lock is held for these statements only: no daemon inherits it.
+  {
+  flock 9
   as_pg "$pgbin/psql" -h /tmp -p "$pg_port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1 \
     >/dev/null <<SQL
 SET password_encryption = 'scram-sha-256';
@@ -143,6 +148,7 @@ ALTER ROLE agent_worker_system WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NO
   BYPASSRLS PASSWORD '$syspw';
 GRANT agent_worker TO agent_worker_system;
 SQL
+  } 9>"$data/roles.lock"
   file="$(passfile)"
   (umask 077 && touch "$file")
   { grep -v -e "^127\.0\.0\.1:$pg_port:\*:agent_worker:" -e "^localhost:$pg_port:\*:agent_worker:" \
