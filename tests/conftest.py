@@ -19,6 +19,7 @@ from tests.support import (
     ROOT,
     Fleet,
     client_on,
+    drop_database,
     lock_redis_db,
     logs,
     unavailable,
@@ -63,8 +64,7 @@ def database_url(services: None) -> Iterator[str]:
     upgrade(url)
     _install_test_clock(url, name)
     yield url
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    drop_database(admin, name)
     admin.dispose()
 
 

@@ -20,6 +20,8 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import pytest
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from agent_worker.api import AgentWorker
     from store.base import RunRecord
 
@@ -100,6 +102,25 @@ def answers(url: str) -> bool:
             return int(resp.status) == 200
     except OSError:
         return False
+
+
+def drop_database(admin: Engine, name: str, attempts: int = 50) -> None:
+    """Drop a test database, sessions and all. On Postgres 15 a non-superuser's
+    ``WITH (FORCE)`` cannot end an autovacuum worker that happens to be on the
+    database ("must be a member of the role whose process is being
+    terminated"); it ends by itself within moments, so try again."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import ProgrammingError
+
+    for attempt in range(attempts):
+        try:
+            with admin.connect() as c:
+                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except ProgrammingError as e:
+            if "must be a member of the role" not in str(e) or attempt == attempts - 1:
+                raise
+            time.sleep(0.1)
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1,

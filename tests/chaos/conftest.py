@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import pytest
 
-from tests.support import ROOT, wait_for
+from tests.support import ROOT, drop_database, wait_for
 
 IS_ROOT = os.geteuid() == 0
 PgStop = Literal["smart", "fast", "immediate"]
@@ -138,12 +138,11 @@ class PrivatePostgres:
         return url
 
     def drop_database(self, url: str) -> None:
-        from sqlalchemy import create_engine, text
+        from sqlalchemy import create_engine
 
         admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
         try:
-            with admin.connect() as c:
-                c.execute(text(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)'))
+            drop_database(admin, url.rsplit("/", 1)[1])
         finally:
             admin.dispose()
 

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from store.migrate import MIGRATIONS, alembic_config, current, upgrade
 from store.models import Base
 from tests.conftest import PG_ADMIN
+from tests.support import drop_database
 
 
 @pytest.fixture
@@ -26,8 +27,7 @@ def empty_db(database_url: str) -> Iterator[str]:
     with admin.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
     yield database_url.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    drop_database(admin, name)
     admin.dispose()
 
 
