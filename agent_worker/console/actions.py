@@ -8,12 +8,9 @@ POST and refuses (403 page, audit entry) whatever the form said.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.responses import RedirectResponse, Response
 
-from agent_worker.console.context import Ctx
+from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.run import RUN_VERBS
 from agent_worker.errors import InvalidInputError, NotFoundError
 from store.base import EffectRecord, RunRecord
@@ -75,7 +72,8 @@ def act(ctx: Ctx) -> Response:
     if verb == "cancel":
         aw.cancel(run_id, reason=(f.get("reason") or "").strip() or "cancelled from the console")
     elif verb == "signal":
-        aw.send_signal(run_id, (f.get("name") or "").strip(), _json(f.get("payload"), "payload"))
+        aw.send_signal(run_id, (f.get("name") or "").strip(),
+                       form_json(f.get("payload"), "payload"))
     elif verb == "retry":
         aw.retry(run_id)
     elif verb == "fork":
@@ -91,18 +89,8 @@ def act(ctx: Ctx) -> Response:
         if f.get("applied") not in ("yes", "no"):
             raise InvalidInputError("say whether the effect landed (applied yes or no)")
         aw.resolve_effect(key, applied=f.get("applied") == "yes",
-                          result=_json(f.get("result"), "result"))
+                          result=form_json(f.get("result"), "result"))
     return RedirectResponse(f"/runs/{target}?done={verb}", status_code=303)
-
-
-def _json(raw: str | None, what: str) -> Any:
-    text = (raw or "").strip()
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise InvalidInputError(f"{what} is not JSON: {e}") from e
 
 
 __all__ = ["act", "confirm", "consequences"]

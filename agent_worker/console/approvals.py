@@ -11,13 +11,14 @@ whatever the page showed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
 from agent_worker.authorization import AccessRequest
-from agent_worker.console.context import Ctx
+from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.views import Pager
 from agent_worker.errors import InvalidInputError, UnknownAgentError
 from store.base import ApprovalRecord, RunRecord
@@ -91,18 +92,13 @@ def _edited(ctx: Ctx) -> dict[str, Any] | None:
     original = (ctx.form.get("original_arguments") or "").strip()
     if not raw or raw == original:
         return None
-    try:
-        value = json.loads(raw)
-    except ValueError as e:
-        raise InvalidInputError(f"edited arguments are not JSON: {e}") from e
+    value = form_json(raw, "edited arguments")
     if not isinstance(value, dict):
         raise InvalidInputError("edited arguments must be a JSON object")
     if original:
-        try:
-            if value == json.loads(original):
+        with contextlib.suppress(InvalidInputError):
+            if value == form_json(original, "original arguments"):
                 return None
-        except ValueError:
-            pass
     return value
 
 

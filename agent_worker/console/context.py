@@ -10,6 +10,7 @@ so a forged POST meets the same refusal as a hidden button.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from agent_worker.errors import (
     AgentWorkerError,
     CsrfRefusedError,
     InvalidInputError,
+    NestingTooDeepError,
     NotFoundError,
     PermissionDeniedError,
 )
@@ -129,4 +131,23 @@ def _guarded(page: Page, ctx: Ctx) -> Response:
         return error_page(ctx.console, e, ctx.visitor)
 
 
-__all__ = ["Console", "Ctx", "Endpoint", "Page", "error_page", "handler", "render"]
+def form_json(raw: str | None, what: str) -> Any:
+    """A form field's JSON (None when blank). The field is anyone's bytes: a
+    parse error or nesting past the parser's own limit is the visitor's bad
+    input (a 400 page), never a 500.
+
+    Raises:
+        InvalidInputError: not JSON; NestingTooDeepError: nested too deeply.
+    """
+    text = (raw or "").strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise InvalidInputError(f"{what} is not JSON: {e}") from e
+    except RecursionError as e:
+        raise NestingTooDeepError(f"{what} nests too deeply") from e
+
+
+__all__ = ["Console", "Ctx", "Endpoint", "Page", "error_page", "form_json", "handler", "render"]

@@ -64,3 +64,24 @@ def test_fork_and_signal_through_their_confirmations(
     assert signal.status_code == 303
     live = olga.get(f"/runs/{run_id}/live").text
     assert live.lstrip().startswith('<div id="run-body"') and "<html" not in live
+
+
+def test_hostile_form_json_is_a_refusal_page_not_a_crash(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    """A form field is anyone's bytes: nesting past the JSON parser's own limit
+    gets the 400 page and nothing is sent; U+0000 and a lone surrogate follow
+    the one rule of ``agent_worker.untrusted`` (stored as U+FFFD), as through
+    the API."""
+    run_id = started(worker, "refunds")
+    olga = login("olga")
+    before = [e.kind for e in worker.events(run_id)]
+    token = csrf_of(olga.get(f"/runs/{run_id}/actions/signal").text)
+    refused = olga.post(f"/runs/{run_id}/actions/signal", data={
+        "csrf_token": token, "name": "nudge", "payload": "[" * 100_000 + "]" * 100_000})
+    assert refused.status_code == 400 and "nests too deeply" in refused.text
+    assert [e.kind for e in worker.events(run_id)] == before
+    assert not worker.audit(principal="olga", action="signal")
+    sent = olga.post(f"/runs/{run_id}/actions/signal", data={
+        "csrf_token": token, "name": "nudge", "payload": '{"note": "a\\u0000b\\ud800"}'})
+    assert sent.status_code == 303
+    assert len(worker.audit(principal="olga", action="signal")) == 1
