@@ -62,7 +62,7 @@ from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent
 from agent_worker.streaming import stream as _stream
 from agent_worker.tracing import check_traceparent, current_traceparent
 from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
-from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
+from agent_worker.vocabulary import RETRYABLE, RUN_STATUSES, TERMINAL, RunStatus
 from store.base import (
     ApprovalRecord,
     AuditRecord,
@@ -468,7 +468,7 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         self._authorize("retry", run)
         with self._recorded("retry", run, changes={"from": run.status, "lap": run.next_lap}):
             due = self.rt.store.requeue(run_id, now=self.rt.clock.now(),
-                                        from_statuses=("failed", "waiting"),
+                                        from_statuses=RETRYABLE,
                                         event={"kind": "retried", "by": by}, replay=True)
         self.rt.send_all([due])
         return self.get_run(run_id)

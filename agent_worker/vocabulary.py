@@ -25,6 +25,9 @@ RUNNABLE: Final[tuple[RunStatus, ...]] = ("queued", "running")
 PAUSED: Final[tuple[RunStatus, ...]] = ("sleeping", "waiting")
 #: Statuses a lap commit may end a run in by itself (a cancel ends it from outside).
 ENDED_BY_LAP: Final[frozenset[RunStatus]] = frozenset({"succeeded", "failed"})
+#: Statuses ``retry`` resumes a run from: failed, or waiting for an operator.
+#: The API's retry and the console's buttons both read it, so they cannot disagree.
+RETRYABLE: Final[tuple[RunStatus, ...]] = ("failed", "waiting")
 
 #: ``not_applied``: known never to have landed (a lookup found nothing, or a
 #: human said so); a replay calls it again with the same key.
@@ -115,6 +118,7 @@ __all__ = [
     "ENDED_BY_LAP",
     "OVERLAPS",
     "PAUSED",
+    "RETRYABLE",
     "RUNNABLE",
     "RUN_STATUSES",
     "TERMINAL",

@@ -2,25 +2,32 @@
 world, then the POST that does it through the API acting as the visitor.
 
 The buttons are shown only for verbs the authorizer allows (``run.allowed_
-actions``), but nothing here relies on that: the API checks the role on the
-POST and refuses (403 page, audit entry) whatever the form said.
+actions``) and that can apply to the run as it stands (``console.applicable``;
+the confirmation page refuses an inapplicable one with the 409 page), but
+nothing here relies on that: the POST goes straight to the API, which checks
+the role (403 page, audit entry) and, under the run's row lock, the status: a
+run that finished between the confirmation and the POST is refused there
+(409 page), whatever the form said.
 """
 
 from __future__ import annotations
 
 from starlette.responses import RedirectResponse, Response
 
+from agent_worker.authorization import Action
+from agent_worker.console.applicable import require_applicable, waited_effect
 from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.run import RUN_VERBS
 from agent_worker.errors import InvalidInputError, NotFoundError
 from store.base import EffectRecord, RunRecord
 
 
-def _verb(ctx: Ctx) -> str:
-    verb = ctx.request.path_params["verb"]
-    if verb not in RUN_VERBS:
+def _verb(ctx: Ctx) -> Action:
+    verb = str(ctx.request.path_params["verb"])
+    found = next((v for v in RUN_VERBS if v == verb), None)
+    if found is None:
         raise NotFoundError(f"unknown action {verb[:40]!r}")
-    return str(verb)
+    return found
 
 
 def consequences(verb: str, run: RunRecord, effects: list[EffectRecord]) -> list[str]:
@@ -57,10 +64,13 @@ def consequences(verb: str, run: RunRecord, effects: list[EffectRecord]) -> list
 def confirm(ctx: Ctx) -> Response:
     verb = _verb(ctx)
     run = ctx.aw.get_run(ctx.request.path_params["run_id"])
+    require_applicable(verb, run)
     effects = ctx.aw.effects(run.id)
+    # The one effect the API will take a verdict on: the one the run waits on.
+    waited = waited_effect(run)
     return ctx.render("confirm.html", verb=verb, run=run,
                       consequences=consequences(verb, run, effects),
-                      unknown=[e for e in effects if e.status in ("unknown", "pending")],
+                      unknown=[e for e in effects if e.key == waited],
                       selected=ctx.query.get("key") or "")
 
 

@@ -92,10 +92,15 @@ _STATUS: list[tuple[type[AgentWorkerError], int, str]] = [
 ]
 
 
-def error_page(console: Console, e: AgentWorkerError, visitor: Visitor | None) -> HTMLResponse:
+def error_page(console: Console, e: AgentWorkerError, visitor: Visitor | None,
+               run_id: str | None = None) -> HTMLResponse:
+    """The page for ``e``. A 409 about ``run_id`` (the run changed since the
+    page was shown: it finished, or someone else acted first) links back to
+    the run as it is now."""
     status, heading = next((s, h) for cls, s, h in _STATUS if isinstance(e, cls))
+    back = f"/runs/{quote(run_id, safe='')}" if status == 409 and run_id else None
     return render(console, "error.html", status, visitor=visitor, heading=heading,
-                  code=e.code, message=str(e))
+                  code=e.code, message=str(e), back=back)
 
 
 def handler(console: Console, page: Page) -> Endpoint:
@@ -128,7 +133,7 @@ def _guarded(page: Page, ctx: Ctx) -> Response:
     try:
         return page(ctx)
     except AgentWorkerError as e:
-        return error_page(ctx.console, e, ctx.visitor)
+        return error_page(ctx.console, e, ctx.visitor, ctx.request.path_params.get("run_id"))
 
 
 def form_json(raw: str | None, what: str) -> Any:

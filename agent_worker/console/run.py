@@ -14,6 +14,7 @@ from typing import Any
 from starlette.responses import Response
 
 from agent_worker.authorization import AccessRequest, Action
+from agent_worker.console.applicable import applies, waited_effect
 from agent_worker.console.context import Ctx
 from agent_worker.console.views import Pager, lap_rows, page_number, pages
 from agent_worker.errors import ConfigurationError
@@ -30,10 +31,11 @@ RUN_VERBS: tuple[Action, ...] = ("cancel", "signal", "retry", "fork", "resolve")
 
 
 def allowed_actions(ctx: Ctx, run: RunRecord) -> list[str]:
-    """The verbs the visitor's roles allow on ``run`` (the API's authorizer)."""
+    """The verbs the visitor's roles allow on ``run`` (the API's authorizer)
+    that can apply to it as it stands (``console.applicable``)."""
     principal = ctx.aw.principal
-    return [v for v in RUN_VERBS
-            if ctx.aw.authorizer(principal, AccessRequest(v, run.tenant, run.id))]
+    return [v for v in RUN_VERBS if applies(v, run)
+            and ctx.aw.authorizer(principal, AccessRequest(v, run.tenant, run.id))]
 
 
 def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
@@ -76,6 +78,7 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
         # Only a waiting run has a pending call; decided ones are in the events.
         "approvals": aw.list_approvals(run_id=run.id) if run.status == "waiting" else [],
         "actions": allowed_actions(ctx, run),
+        "waited_effect": waited_effect(run),
         "flower_run": f"{ctx.console.settings.console_flower_url}/tasks?search={run.id}",
         "poll_ms": int(ctx.console.settings.console_poll_seconds * 1000),
         "query": str(ctx.request.url.query),

@@ -1,5 +1,6 @@
 """Agents the console tests run: one that asks a human before an irreversible
-refund and returns a tool result holding markup, one whose model fails on lap 2."""
+refund and returns a tool result holding markup, one whose model fails on lap 2,
+one whose card charge loses its answer (the effect is left unknown for a human)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,26 @@ def refund(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]
 def look(order_id: str) -> str:
     """Read an order."""
     return f"order {order_id}: double charged {HOSTILE}"
+
+
+#: Charge keys whose first call already lost its answer: the next call lands.
+_LOST: set[str] = set()
+
+
+@tool(kind="compensatable")
+def charge(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
+    """Charge the customer's card. Neither idempotent nor looked up: a lost
+    answer leaves the charge unknown until a human says whether it landed."""
+    if ctx.idempotency_key not in _LOST:
+        _LOST.add(ctx.idempotency_key)
+        raise ConnectionResetError("connection reset after the card network took it")
+    return {"charged": amount_cents, "order": order_id}
+
+
+def _charges(r: ModelRequest) -> ModelResponse:
+    if r.lap == 1:
+        return turn("Charging order 9.", [("charge", {"order_id": "9", "amount_cents": 700})])
+    return turn("charged")
 
 
 def _refunds(r: ModelRequest) -> ModelResponse:
@@ -61,6 +82,7 @@ def registry() -> Registry:
     reg.register(Agent(name="refunds", model=lambda: ScriptedModel(_refunds),
                        tools=[look, refund], approval_owner="approver"))
     reg.register(Agent(name="fails", model=lambda: ScriptedModel(_fails), tools=[look]))
+    reg.register(Agent(name="charges", model=lambda: ScriptedModel(_charges), tools=[charge]))
     flaky = _flaky()
     reg.register(Agent(name="flaky", model=lambda: flaky))
     return reg
