@@ -335,3 +335,11 @@ class CsrfRefusedError(PermissionDeniedError):
     (a forged cross-site POST); nothing is done."""
 
     code = "csrf_refused"
+
+
+class SessionCheckError(ConsoleAuthError):
+    """Raised when the run console cannot reach the store of logged-out sessions
+    (Redis) to check or record one: the session is refused, never trusted
+    unchecked, and a logout that could not be recorded says so."""
+
+    code = "session_unchecked"

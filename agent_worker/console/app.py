@@ -20,10 +20,12 @@ from agent_worker.api import AgentWorker, client
 from agent_worker.console import actions, approvals, run
 from agent_worker.console.auth import login_page, logout_page
 from agent_worker.console.context import Console, Page, handler
+from agent_worker.console.revocation import MemoryRevocations, RedisRevocations, Revocations
 from agent_worker.console.runs import runs_page
 from agent_worker.console.session import Sessions
 from agent_worker.console.users import UserBook
 from agent_worker.console.views import FILTERS
+from agent_worker.inprocess import InProcessWorker
 from agent_worker.settings import Settings, get_settings
 
 HERE = Path(__file__).parent
@@ -37,15 +39,18 @@ def environment() -> Environment:
 
 
 def create_app(worker: AgentWorker | None = None, *, settings: Settings | None = None,
-               users: UserBook | None = None) -> Starlette:
+               users: UserBook | None = None,
+               revocations: Revocations | None = None) -> Starlette:
     """The console over ``worker`` (default: the configured ``client()``), its
-    users from ``users`` or ``AGENT_WORKER_CONSOLE_USERS``."""
+    users from ``users`` or ``AGENT_WORKER_CONSOLE_USERS``, logged-out
+    sessions in ``revocations`` (default: ``revocations_for(worker)``)."""
     aw = worker or client()
     s = settings or aw.rt.settings
     book = users if users is not None else UserBook.parse(s.console_users)
     sessions = Sessions(book, secret=s.console_secret,
                         max_age_seconds=s.console_session_hours * 3600,
-                        proxy_header=s.console_proxy_header)
+                        proxy_header=s.console_proxy_header,
+                        revocations=revocations or revocations_for(aw, s))
     console = Console(aw=aw, sessions=sessions, env=environment(), settings=s)
 
     async def home(request: Request) -> Response:
@@ -73,9 +78,22 @@ def create_app(worker: AgentWorker | None = None, *, settings: Settings | None =
     return Starlette(routes=routes)
 
 
+def revocations_for(aw: AgentWorker, settings: Settings) -> Revocations:
+    """Where the console remembers logged-out sessions: the broker's Redis,
+    which every console process of a fleet shares; an in-process worker has no
+    broker and is one process, so its console remembers them in memory.
+
+    Raises:
+        ConfigurationError: the broker is not Redis.
+    """
+    if isinstance(aw, InProcessWorker):
+        return MemoryRevocations()
+    return RedisRevocations(settings.broker_url)
+
+
 def app_from_settings() -> Starlette:
     """For ``uvicorn --factory``: the console over the settings' store and broker."""
     return create_app(settings=get_settings())
 
 
-__all__ = ["app_from_settings", "create_app", "environment"]
+__all__ = ["app_from_settings", "create_app", "environment", "revocations_for"]

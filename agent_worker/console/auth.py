@@ -13,8 +13,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from agent_worker.console.context import Console, Endpoint, render
+from agent_worker.console.context import Console, Endpoint, error_page, render, visitor_of
 from agent_worker.console.session import CSRF_FIELD, csrf_ok
+from agent_worker.errors import SessionCheckError
 
 
 def safe_next(value: str | None) -> str:
@@ -28,7 +29,10 @@ def login_page(console: Console) -> Endpoint:
     async def endpoint(request: Request) -> Response:
         sessions = console.sessions
         if request.method == "GET":
-            if sessions.visitor(request) is not None:
+            known = await visitor_of(console, request)
+            if isinstance(known, Response):
+                return known
+            if known is not None:
                 return RedirectResponse(safe_next(request.query_params.get("next")), 303)
             token = sessions.login_token(request)
             response = render(console, "login.html", next=safe_next(
@@ -60,15 +64,25 @@ def _again(console: Console, request: Request, target: str, error: str, status: 
 
 
 def logout_page(console: Console) -> Endpoint:
-    """POST only (a link could be followed by a cross-site image); needs the CSRF token."""
+    """POST only (a link could be followed by a cross-site image); needs the CSRF
+    token. Revokes the session server-side (``console.revocation``): a copy of
+    the cookie taken before is refused after."""
 
     async def endpoint(request: Request) -> Response:
-        visitor = console.sessions.visitor(request)
+        visitor = await visitor_of(console, request)
+        if isinstance(visitor, Response):
+            return visitor
         form = await request.form()
         sent = form.get(CSRF_FIELD)
         response = RedirectResponse("/login", status_code=303)
         if visitor is not None and isinstance(sent, str) and csrf_ok(visitor, sent):
-            console.sessions.end(response)
+            try:
+                await run_in_threadpool(console.sessions.end, response, visitor)
+            except SessionCheckError as e:
+                # Not revoked: say so (this browser's cookie goes all the same).
+                failed = error_page(console, e, None)
+                console.sessions.end(failed)
+                return failed
             return response
         return render(console, "error.html", 403, visitor=visitor, heading="Not allowed",
                       code="csrf_refused", message="log out from the console's own button")

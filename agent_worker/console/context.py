@@ -30,6 +30,7 @@ from agent_worker.errors import (
     NestingTooDeepError,
     NotFoundError,
     PermissionDeniedError,
+    SessionCheckError,
 )
 from agent_worker.settings import Settings
 
@@ -108,7 +109,9 @@ def handler(console: Console, page: Page) -> Endpoint:
     a POST without one is refused) and, for a POST, the CSRF check."""
 
     async def endpoint(request: Request) -> Response:
-        visitor = console.sessions.visitor(request)
+        visitor = await visitor_of(console, request)
+        if isinstance(visitor, Response):
+            return visitor
         if visitor is None:
             if request.method == "GET":
                 target = request.url.path + (f"?{request.url.query}" if request.url.query
@@ -127,6 +130,16 @@ def handler(console: Console, page: Page) -> Endpoint:
         return await run_in_threadpool(_guarded, page, ctx)
 
     return endpoint
+
+
+async def visitor_of(console: Console, request: Request) -> Visitor | Response | None:
+    """The request's visitor (None: nobody logged in), or the refusal page when
+    the session cannot be checked. In the thread pool: the check may wait on
+    Redis (``console.revocation``), which must not stall the event loop."""
+    try:
+        return await run_in_threadpool(console.sessions.visitor, request)
+    except SessionCheckError as e:
+        return error_page(console, e, None)
 
 
 def _guarded(page: Page, ctx: Ctx) -> Response:
@@ -155,4 +168,5 @@ def form_json(raw: str | None, what: str) -> Any:
         raise NestingTooDeepError(f"{what} nests too deeply") from e
 
 
-__all__ = ["Console", "Ctx", "Endpoint", "Page", "error_page", "form_json", "handler", "render"]
+__all__ = ["Console", "Ctx", "Endpoint", "Page", "error_page", "form_json", "handler", "render",
+           "visitor_of"]

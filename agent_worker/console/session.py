@@ -7,7 +7,8 @@ The session is a cookie signed with itsdangerous (no table, no migration):
 the configured user on every request, so removing a user or a role takes
 effect at once. The CSRF token is an HMAC of the session's nonce: a page can
 put it in every form, a cross-site page cannot know it, and a new login (new
-nonce) gets a new one.
+nonce) gets a new one. A logout revokes the nonce server-side
+(``console.revocation``), so a copy of the cookie dies with the session.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_worker.console.proxy import proxied_user
+from agent_worker.console.revocation import MemoryRevocations, Revocations
 from agent_worker.console.users import ConsoleUser, UserBook
 
 SESSION_COOKIE = "aw_console"
@@ -37,14 +39,18 @@ class Visitor:
     user: ConsoleUser
     csrf: str
     via_proxy: bool = False
+    #: The session's nonce (what a logout revokes); None for the proxy's visitor.
+    nonce: str | None = None
 
 
 class Sessions:
     """Issues and reads session cookies; resolves the visitor of a request."""
 
     def __init__(self, users: UserBook, *, secret: str, max_age_seconds: float,
-                 proxy_header: str = "", secure: bool = False) -> None:
+                 proxy_header: str = "", secure: bool = False,
+                 revocations: Revocations | None = None) -> None:
         self.users = users
+        self.revocations: Revocations = revocations or MemoryRevocations()
         self._key = (secret or secrets.token_urlsafe(32)).encode()
         self._signer = URLSafeTimedSerializer(self._key, salt="agent-worker-console")
         self.max_age = int(max_age_seconds)
@@ -57,7 +63,11 @@ class Sessions:
     def visitor(self, request: Request) -> Visitor | None:
         """The proxy's user when the header is configured and present
         (``console.proxy``), else the session cookie's; None when neither names
-        a configured user."""
+        a configured user, or the cookie's session was logged out.
+
+        Raises:
+            SessionCheckError: whether it was logged out cannot be checked.
+        """
         proxied = proxied_user(request.headers, self.proxy_header, self.users)
         if proxied is not None:
             return Visitor(proxied, self.csrf_for(f"proxy:{proxied.id}"), via_proxy=True)
@@ -71,7 +81,10 @@ class Sessions:
         if not isinstance(data, dict):
             return None
         user = self.users.get(str(data.get("u")))
-        return None if user is None else Visitor(user, self.csrf_for(str(data.get("n"))))
+        nonce = str(data.get("n"))
+        if user is None or self.revocations.revoked(nonce):
+            return None
+        return Visitor(user, self.csrf_for(nonce), nonce=nonce)
 
     def start(self, response: Response, user: ConsoleUser, *, https: bool = False) -> None:
         """Log ``user`` in on ``response`` (a fresh nonce, so a fresh CSRF token).
@@ -81,8 +94,17 @@ class Sessions:
                             samesite="lax", secure=self.secure or https)
         response.delete_cookie(LOGIN_COOKIE)
 
-    def end(self, response: Response) -> None:
+    def end(self, response: Response, visitor: Visitor | None = None) -> None:
+        """Log out: ``visitor``'s session is revoked for every console process
+        (for as long as its cookie could live), then the cookie is deleted.
+
+        Raises:
+            SessionCheckError: the revocation could not be recorded (the cookie
+                is deleted all the same).
+        """
         response.delete_cookie(SESSION_COOKIE)
+        if visitor is not None and visitor.nonce is not None:
+            self.revocations.revoke(visitor.nonce, self.max_age)
 
     def login_token(self, request: Request) -> str:
         """The login form's CSRF token: the one in the login cookie if valid, else new."""
