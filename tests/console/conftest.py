@@ -39,14 +39,15 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def users(password_hash: str) -> UserBook:
     """alice approves in acme, bob only reads in acme, olga operates acme,
-    eve approves in another tenant, root is an admin across tenants."""
+    eve approves and gus operates in another tenant, root is an admin across
+    tenants."""
     def user(uid: str, tenant: str, *roles: str) -> dict[str, object]:
         return {"id": uid, "tenant": tenant, "roles": list(roles),
                 "password_hash": password_hash}
     return UserBook.parse(json.dumps([
         user("alice", "acme", "approver"), user("bob", "acme", "submitter"),
         user("olga", "acme", "operator"), user("eve", "globex", "approver"),
-        user("root", "*", "admin")]))
+        user("gus", "globex", "operator"), user("root", "*", "admin")]))
 
 
 @pytest.fixture
