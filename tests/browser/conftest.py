@@ -19,12 +19,12 @@ from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from agent_worker.api import AgentWorker
 from agent_worker.principal import Principal
-from tests.browser.agents import APPROVERS
 from tests.browser.chromium import launch, require_chromium
 from tests.browser.server import Cast, ConsoleServer, User
+from tests.console.agents import APPROVERS
 from tests.support import Fleet, client_on, logs, worker_environ
 
-AGENTS = "tests.browser.agents"
+AGENTS = "tests.console.agents"
 #: How long a page may take to show what a test expects (Playwright's default, 5 s,
 #: is too short on a loaded CI machine; a failing expectation still fails).
 PATIENCE_MS = 20_000

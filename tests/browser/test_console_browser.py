@@ -17,8 +17,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from agent_worker.api import AgentWorker
-from tests.browser.agents import REASONING, REFUSAL, SCRIPT_RESULT
 from tests.browser.server import Cast, ConsoleServer, User
+from tests.console.agents import REASONING, REFUSAL, SCRIPT_RESULT
 from tests.support import Fleet, run_reaching
 
 # One xdist worker runs the whole module (test.sh: --dist loadgroup), so the

@@ -1,18 +1,43 @@
-"""Agents the console tests run: one that asks a human before an irreversible
-refund and returns a tool result holding markup, one whose model fails on lap 2,
-one whose card charge loses its answer (the effect is left unknown for a human)."""
+"""The agents the console's tests run, both in-process (``tests/console``) and
+on a real fleet in a browser (``tests/browser``). Each is scripted by its lap
+alone, so replays answer the same.
+
+Two ways in, one set of definitions:
+
+- worker processes import this module by name (``AGENT_WORKER_AGENT_MODULES=
+  tests.console.agents``, as ``tests/browser/conftest.py`` sets it): importing
+  it registers the fleet's agents (``console-*``) in the global registry, the
+  only way a subprocess learns an agent;
+- in-process tests take ``registry()``: a fresh registry per test holding every
+  agent here, so the flaky model's first-call hiccup happens in every test and
+  the short names (``refunds``, ``charges``) never meet ``tests.agents``' ones.
+
+The agents: one waits for an approver before an irreversible refund (and a
+gift, for a group of approvers); one's tool result holds a script a page must
+show as text; one fails at its second lap; one's model hiccups once; one's
+card charge loses its answer, leaving the effect unknown for a human.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from agent_worker.agent import Agent, Registry
+from agent_worker.agent import Agent, Registry, register
+from agent_worker.errors import ModelRefusalError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 
 #: What the refund tool returns: a script a page must show as text.
 HOSTILE = "<script>document.title='pwned'</script>"
+#: Who decides the gift: approvers who are also in this group.
+APPROVERS = "gift-desk"
+#: What the xss agent's tool hands back: it must show as text, never run.
+SCRIPT_RESULT = ('<script>window.__pwned = 1; document.title = "pwned"</script>'
+                 '<img src=x onerror="window.__pwned = 2" id="injected">')
+REASONING = "The order arrived broken twice; a goodwill gift keeps this customer."
+REFUSAL = "provider refused: the request looks like policy evasion"
 
 
 @tool(kind="irreversible")
@@ -25,6 +50,18 @@ def refund(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]
 def look(order_id: str) -> str:
     """Read an order."""
     return f"order {order_id}: double charged {HOSTILE}"
+
+
+@tool(kind="irreversible")
+def send_gift(customer: str, amount_cents: int) -> dict[str, Any]:
+    """Send a gift card to a customer; money leaves and cannot come back."""
+    return {"sent": customer, "amount_cents": amount_cents}
+
+
+@tool
+def lookup_note(customer: str) -> str:
+    """Read the note a customer left on their order (untrusted text)."""
+    return f"note from {customer}: {SCRIPT_RESULT}"
 
 
 #: Charge keys whose first call already lost its answer: the next call lands.
@@ -41,12 +78,6 @@ def charge(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]
     return {"charged": amount_cents, "order": order_id}
 
 
-def _charges(r: ModelRequest) -> ModelResponse:
-    if r.lap == 1:
-        return turn("Charging order 9.", [("charge", {"order_id": "9", "amount_cents": 700})])
-    return turn("charged")
-
-
 def _refunds(r: ModelRequest) -> ModelResponse:
     if r.lap == 1:
         return turn("The customer was charged twice for order 7; I will refund one charge.",
@@ -57,10 +88,28 @@ def _refunds(r: ModelRequest) -> ModelResponse:
     return turn("done")
 
 
+def _charges(r: ModelRequest) -> ModelResponse:
+    if r.lap == 1:
+        return turn("Charging order 9.", [("charge", {"order_id": "9", "amount_cents": 700})])
+    return turn("charged")
+
+
+def _gift(r: ModelRequest) -> ModelResponse:
+    if r.lap == 1:
+        return turn(REASONING, [("send_gift", {"customer": "c-42", "amount_cents": 2500})])
+    return turn(json.dumps({"gift": "sent"}))
+
+
+def _xss(r: ModelRequest) -> ModelResponse:
+    if r.lap == 1:
+        return turn("Reading the customer's note.", [("lookup_note", {"customer": "c-7"})])
+    return turn("The note is read.")
+
+
 def _fails(r: ModelRequest) -> ModelResponse:
-    if r.lap >= 2:
-        raise RuntimeError("provider exploded on lap 2")
-    return turn("first lap fine", [("look", {"order_id": "1"})])
+    if r.lap == 1:
+        return turn("Looking first.", [("lookup_note", {"customer": "c-9"})])
+    raise ModelRefusalError(REFUSAL)
 
 
 def _flaky() -> ScriptedModel:
@@ -76,13 +125,27 @@ def _flaky() -> ScriptedModel:
     return ScriptedModel(script)
 
 
+def _fleet_agents() -> list[Agent]:
+    """The agents a worker process runs for the browser tests."""
+    return [Agent(name="console-gift", model=lambda: ScriptedModel(_gift), tools=[send_gift],
+                  approval_owner=APPROVERS),
+            Agent(name="console-xss", model=lambda: ScriptedModel(_xss), tools=[lookup_note]),
+            Agent(name="console-fails", model=lambda: ScriptedModel(_fails),
+                  tools=[lookup_note])]
+
+
 def registry() -> Registry:
-    """A registry holding only the console's test agents."""
+    """A fresh registry of every agent here, for one in-process test."""
     reg = Registry()
     reg.register(Agent(name="refunds", model=lambda: ScriptedModel(_refunds),
                        tools=[look, refund], approval_owner="approver"))
-    reg.register(Agent(name="fails", model=lambda: ScriptedModel(_fails), tools=[look]))
     reg.register(Agent(name="charges", model=lambda: ScriptedModel(_charges), tools=[charge]))
     flaky = _flaky()
     reg.register(Agent(name="flaky", model=lambda: flaky))
+    for agent in _fleet_agents():
+        reg.register(agent)
     return reg
+
+
+for _agent in _fleet_agents():
+    register(_agent)

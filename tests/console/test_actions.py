@@ -13,7 +13,7 @@ from tests.console.conftest import csrf_of, started
 
 def test_operator_retries_a_failed_run_after_a_confirmation(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
-    run_id = started(worker, "fails")
+    run_id = started(worker, "console-fails")
     olga = login("olga")
     page = olga.get(f"/runs/{run_id}").text
     assert 'id="action-retry"' in page and 'id="action-fork"' in page

@@ -22,7 +22,7 @@ def test_run_page_offers_only_the_verbs_its_status_allows(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
     olga = login("olga")  # an operator: her roles allow every run verb
     for_approval, on_effect = started(worker, "refunds"), started(worker, "charges")
-    failed, cancelled = started(worker, "fails"), started(worker, "refunds")
+    failed, cancelled = started(worker, "console-fails"), started(worker, "refunds")
     acting(worker, "ops", tenant="acme").cancel(cancelled, reason="test")
     worker.run_until_idle()
     assert worker.get_run(cancelled).status == "cancelled"

@@ -11,15 +11,15 @@ from starlette.testclient import TestClient
 from agent_worker.console.app import create_app
 from agent_worker.console.users import UserBook
 from agent_worker.inprocess import InProcessWorker
-from tests.console.agents import HOSTILE
+from tests.console.agents import HOSTILE, REFUSAL
 from tests.console.conftest import PASSWORD, csrf_of, started
 
 
 def test_runs_page_counts_filters_and_tenant_isolation(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
     waiting = started(worker, "refunds", labels={"customer": "c-9"})
-    failed = started(worker, "fails")
-    theirs = started(worker, "fails", tenant="globex")
+    failed = started(worker, "console-fails")
+    theirs = started(worker, "console-fails", tenant="globex")
     alice = login("alice")
     page = alice.get("/runs").text
     assert re.search(r'data-status="waiting" href="[^"]*">waiting <span class="n">1<', page)
@@ -37,19 +37,19 @@ def test_runs_page_counts_filters_and_tenant_isolation(
     assert alice.get("/runs?sort=bogus").status_code == 400
     assert 'id="no-runs"' in alice.get("/runs?stale=1").text  # nothing is moving
     by_agent = alice.get("/runs?sort=agent").text
-    assert by_agent.index(failed) < by_agent.index(waiting)  # "fails" before "refunds"
+    assert by_agent.index(failed) < by_agent.index(waiting)  # "console-fails" before "refunds"
     root = login("root").get("/runs?tenant=globex").text
     assert theirs in root and failed not in root and 'id="f-tenant"' in root
 
 
 def test_failed_run_page_shows_the_error_and_the_failing_lap(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
-    failed = started(worker, "fails")
+    failed = started(worker, "console-fails")
     page = login("bob").get(f"/runs/{failed}")
     assert page.status_code == 200
     assert 'id="run-status" data-status="failed"' in page.text
     assert re.search(r'id="failing-lap" data-lap="2">Failing lap: 2<', page.text)
-    assert "provider exploded on lap 2" in page.text and 'id="error-detail"' in page.text
+    assert REFUSAL in page.text and 'id="error-detail"' in page.text
     assert 'data-finished="true"' in page.text
     assert 'href="http://flower.test/tasks?search=' + failed in page.text
 
