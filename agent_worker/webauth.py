@@ -19,6 +19,11 @@ Two ways in, each only when configured; anything else is refused (401):
 
 A request that presents a bearer token is judged by the token alone: a bad
 token is refused even when proxy headers come with it.
+
+``proxy_named`` is the one reading of a proxy's header, shared with the run
+console (``console.proxy``), whose proxy names only the id of a configured
+user: the two trust the header in the same way and differ only in what the
+name is looked up as.
 """
 
 from __future__ import annotations
@@ -70,6 +75,19 @@ def parse_tokens(raw: str) -> dict[str, Principal]:
         raise ConfigurationError(f"AGENT_WORKER_WEB_TOKENS: {e}") from e
 
 
+def proxy_named(headers: Mapping[str, str], header: str) -> str | None:
+    """What a trusted reverse proxy put in ``header``, stripped; None when no
+    header is configured (an empty name: no proxy is trusted), or the request
+    has none or a blank one. ``headers`` as Starlette's (case-insensitive) or
+    a plain mapping keyed as configured or in lower case."""
+    if not header:
+        return None
+    value = headers.get(header)
+    if value is None:
+        value = headers.get(header.lower(), "")
+    return value.strip() or None
+
+
 @dataclass(frozen=True)
 class ProxyHeaders:
     """The headers a trusted reverse proxy names its authenticated user in."""
@@ -115,18 +133,20 @@ class WebAuth:
             if who is None:
                 raise AuthenticationError("unknown bearer token")
             return who
-        if self.proxy is not None and headers.get(self.proxy.user):
-            return self._from_proxy(headers, self.proxy)
+        user = proxy_named(headers, self.proxy.user) if self.proxy is not None else None
+        if self.proxy is not None and user is not None:
+            return self._from_proxy(headers, self.proxy, user)
         raise AuthenticationError("authentication required")
 
     @staticmethod
-    def _from_proxy(headers: Mapping[str, str], proxy: ProxyHeaders) -> Principal:
-        tenant = headers.get(proxy.tenant, "").strip()
-        if not tenant:
+    def _from_proxy(headers: Mapping[str, str], proxy: ProxyHeaders, user: str) -> Principal:
+        tenant = proxy_named(headers, proxy.tenant)
+        if tenant is None:
             raise AuthenticationError(f"the proxy named a user but no {proxy.tenant}")
-        roles = [r.strip() for r in headers.get(proxy.roles, "").split(",") if r.strip()]
+        listed = proxy_named(headers, proxy.roles) or ""
+        roles = [r.strip() for r in listed.split(",") if r.strip()]
         try:
-            return Principal(headers[proxy.user].strip(), tenant, roles)
+            return Principal(user, tenant, roles)
         except InvalidInputError as e:
             raise AuthenticationError(f"the proxy's principal is not valid: {e}") from e
 
@@ -138,4 +158,5 @@ def unauthorized(error: AuthenticationError) -> JSONResponse:
                         status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
 
-__all__ = ["ProxyHeaders", "WebAuth", "parse_tokens", "token_digest", "unauthorized"]
+__all__ = ["ProxyHeaders", "WebAuth", "parse_tokens", "proxy_named", "token_digest",
+           "unauthorized"]

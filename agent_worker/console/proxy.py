@@ -1,12 +1,13 @@
 """Single sign-on through a trusted reverse proxy: the user the proxy
 authenticated, named in a header.
 
-Kept apart from the session code so that it can be unified with the API's
-own principal resolution (``agent_worker.webauth``, issue 16): this is the
-whole of the console's trust in a header. It is used only when
+The header is read by ``webauth.proxy_named``, the web endpoints' own reading
+of a proxy's header (issue 16), so the two trust a header in one way. They
+differ, on purpose, in what the name means: the web endpoints take the user's
+tenant and roles from the proxy's other headers, while the console takes them
+from its configuration: the header is used only when
 ``AGENT_WORKER_CONSOLE_PROXY_HEADER`` is set, and the name must be a
-configured console user (whose tenant and roles apply): the header can choose
-among known users, never invent one.
+configured console user: it can choose among known users, never invent one.
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from agent_worker.console.users import ConsoleUser, UserBook
+from agent_worker.webauth import proxy_named
 
 
 def proxied_user(headers: Mapping[str, str], header: str, users: UserBook
                  ) -> ConsoleUser | None:
     """The configured user the proxy's ``header`` names; None when the header is
     not configured, absent or names nobody known."""
-    if not header:
-        return None
-    name = headers.get(header.lower(), "").strip()
+    name = proxy_named(headers, header)
     return users.get(name) if name else None
 
 
