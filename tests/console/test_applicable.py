@@ -4,11 +4,14 @@ finished meanwhile) gets the 409 refusal page, never a 500."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from starlette.testclient import TestClient
 
+from agent_worker.console.applicable import why_not
 from agent_worker.inprocess import InProcessWorker
 from tests.console.conftest import csrf_of, started
 from tests.principals import acting
@@ -75,3 +78,15 @@ def test_an_effect_resolved_by_someone_else_first_is_refused_with_a_409(
         "csrf_token": token, "key": effect.key, "applied": "yes", "result": "{}"})
     assert late.status_code == 409 and 'data-code="already_decided"' in late.text
     assert worker.effects(run_id)[0].status != "applied"
+
+
+def test_a_run_already_being_cancelled_offers_no_second_cancel(
+        worker: InProcessWorker) -> None:
+    """A lap in flight holds the cancel until its boundary: the run is still
+    running, so a signal can still land, but a second cancel would do nothing."""
+    run = worker.get_run(started(worker, "refunds"))
+    cancelling = dataclasses.replace(run, status="running",
+                                     cancel_requested_at=datetime.now(UTC))
+    assert why_not("cancel", cancelling) == f"run {run.id} is already being cancelled"
+    assert why_not("signal", cancelling) is None and why_not("fork", cancelling) is None
+    assert why_not("retry", cancelling) is not None  # running: nothing to retry
