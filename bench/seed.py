@@ -46,7 +46,7 @@ from bench.common import create_database, libpq_url, log, sa_url
 from store.migrate import upgrade
 
 TENANTS, AGENTS, CUSTOMERS, REGIONS = 100, 5, 10_000, 7
-FILLED = ("runs", "checkpoints", "messages", "events", "effects", "approvals")
+FILLED = ("runs", "run_labels", "checkpoints", "messages", "events", "effects", "approvals")
 EVENTS_TRIGGER = "events_order_notify"
 TEXT = "lorem ipsum dolor sit amet consectetur " * 8  # ~300 bytes of prose
 Row = tuple[Any, ...]
@@ -83,10 +83,13 @@ def turn(g: int) -> int:
     return g // TENANTS + g % TENANTS
 
 
+def label_map(g: int) -> dict[str, str]:
+    return {"customer": f"acme-{g % CUSTOMERS}", "queue": "vip" if turn(g) % 10 == 0 else "std",
+            "region": f"eu-{g % REGIONS}"}
+
+
 def labels(g: int) -> str:
-    return json.dumps({"customer": f"acme-{g % CUSTOMERS}",
-                       "queue": "vip" if turn(g) % 10 == 0 else "std",
-                       "region": f"eu-{g % REGIONS}"})
+    return json.dumps(label_map(g))
 
 
 class Seeder:
@@ -153,6 +156,12 @@ class Seeder:
                    "output_tokens, cost_micros, retention, recoveries, created_at, updated_at, "
                    "last_checkpoint_at, finished_at, labels, priority")
 
+    def label_rows(self, g: int) -> Iterator[Row]:
+        """The run's labels as ``run_labels`` rows (migration 0016), as
+        ``start_run`` writes them."""
+        for key, value in label_map(g).items():
+            yield (run_id(g), key, value, f"tenant-{g % TENANTS}", self.created(g))
+
     def checkpoint(self, g: int) -> Iterator[Row]:
         laps = self.laps(g)
         state = {"schema_version": 1, "messages": 2 * laps, "facts": {"customer": g % CUSTOMERS},
@@ -189,6 +198,7 @@ class Seeder:
 
 TABLES: dict[str, tuple[str, Callable[[Seeder, int], Iterator[Row]]]] = {
     "runs": (Seeder.RUN_COLUMNS, lambda s, g: iter((s.run(g),))),
+    "run_labels": ("run_id, key, value, tenant, created_at", Seeder.label_rows),
     "checkpoints": ("run_id, lap, schema_version, state, created_at", Seeder.checkpoint),
     "messages": ("run_id, seq, lap, body, created_at", Seeder.messages),
     "events": ("run_id, lap, kind, data, created_at", Seeder.events),
