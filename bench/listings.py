@@ -29,7 +29,7 @@ import os
 import statistics
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Select, bindparam, select, text, tuple_
 from sqlalchemy.dialects.postgresql import JSONB
@@ -159,7 +159,7 @@ def main() -> None:
                     c.execute(text("SELECT set_config('agent_worker.tenant', :t, true)"),
                               {"t": TENANT})
                 if isinstance(what, str):
-                    sql, params = _list_runs_sql(engine, what)
+                    sql, params = _list_runs_sql(engine, cast(RunStatus, what))
                 else:
                     sql, params = _statement(c, what[0], what[1], legacy=which == "before")
                 print(json.dumps({"probe": name, "scope": scope, "db": which,

@@ -5,20 +5,21 @@ GIN index was never used, BENCHMARKS.md "Listings under row-level security at
 a million runs").
 
 ``runs.labels`` stays what a run shows; this table is only what a search
-walks. Both are written by the one transaction that inserts the run
-(``store.runinsert.create_run_tx``): labels are set once, at ``start_run``,
-and no verb changes a run's labels or tenant afterwards. ``tenant`` and
+walks. Its rows are written by the trigger ``run_labels_from_run`` on
+``runs`` (``AFTER INSERT``, in the same transaction as the run: see the
+migration for why a trigger and not this code), so a run is never found
+without its labels, nor a label without its run. ``tenant`` and
 ``created_at`` are the run's, copied so the table's own policy and the
-listing's order need no join.
+listing's order need no join; labels are set once, at ``start_run``, and no
+verb changes a run's labels or tenant afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Connection, Index, String, Table, insert
+from sqlalchemy import Index, String, Table
 from sqlalchemy.orm import Mapped, mapped_column
 
 from store.models import Base
@@ -46,16 +47,4 @@ class RunLabelRow(Base):
 run_labels = cast(Table, RunLabelRow.__table__)
 
 
-def insert_labels_tx(conn: Connection, *, run_id: str, tenant: str | None,
-                     created_at: datetime, labels: Mapping[str, str] | None) -> None:
-    """Insert the rows of a new run's ``labels`` (already checked by
-    ``steering.check_labels``); never commits: the caller's transaction also
-    inserts the run, so a run is never found without its labels or a label
-    without its run."""
-    if labels:
-        conn.execute(insert(run_labels), [
-            {"run_id": run_id, "key": k, "value": v, "tenant": tenant,
-             "created_at": created_at} for k, v in labels.items()])
-
-
-__all__ = ["RunLabelRow", "insert_labels_tx", "run_labels"]
+__all__ = ["RunLabelRow", "run_labels"]

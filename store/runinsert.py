@@ -8,7 +8,6 @@ from sqlalchemy import Connection, insert, select
 
 from store.base import NewRun, RunRecord
 from store.dbtime import db_time
-from store.labelrows import insert_labels_tx
 from store.rows import checkpoints, message_body, messages, record_event_tx, runs, to_run
 
 
@@ -31,8 +30,6 @@ def create_run_tx(conn: Connection, new: NewRun) -> tuple[RunRecord, bool]:
             enqueued_at=db_time(new.now), labels=new.labels or None, priority=new.priority,
         )
     )
-    insert_labels_tx(conn, run_id=new.id, tenant=new.tenant, created_at=new.now,
-                     labels=new.labels)
     conn.execute(
         insert(checkpoints).values(
             run_id=new.id, lap=new.start_lap, schema_version=new.schema_version,
