@@ -8,30 +8,29 @@ its own (``_tag()``) and looks only for those.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import insert, select
 
 from agent_worker import InProcessWorker, ScriptedModel, turn
-from agent_worker.agent import Agent, Registry
+from agent_worker.agent import Agent
 from agent_worker.errors import InvalidInputError
 from store.labelrows import run_labels
 from store.rows import runs
 from store.sql import SqlStore
 
 
-@pytest.fixture
-def w(dialect_url: str) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
-    worker.rt.registry = Registry()
+def tagged(worker: InProcessWorker) -> InProcessWorker:
+    """``worker`` with ``tagged``, an agent that finishes in one lap."""
     worker.rt.registry.register(Agent(name="tagged", model=ScriptedModel(
         lambda r: turn("done"))))
-    yield worker
-    store = worker.rt.store
-    assert isinstance(store, SqlStore)
-    store.dispose()
+    return worker
+
+
+@pytest.fixture
+def w(bare_worker: InProcessWorker) -> InProcessWorker:
+    return tagged(bare_worker)
 
 
 def _tag() -> str:

@@ -16,12 +16,13 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from agent_worker import InProcessWorker, ScriptedModel, turn
-from agent_worker.agent import Agent, Registry
+from agent_worker import InProcessWorker
+from agent_worker.agent import Registry
 from agent_worker.principal import Principal
 from store import tenancy
 from store.listing import RunFilter, _query, search_runs
 from store.sql import SqlStore
+from tests.engine.test_label_rows import tagged
 
 TAG = uuid.uuid4().hex[:8]
 A, B = f"lab-a-{TAG}", f"lab-b-{TAG}"
@@ -29,14 +30,11 @@ A, B = f"lab-a-{TAG}", f"lab-b-{TAG}"
 
 @pytest.fixture(scope="module")
 def w(database_url: str) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(database_url, retry_backoff_seconds=0, max_lap_attempts=3)
+    worker = InProcessWorker(database_url, retry_backoff_seconds=0)
     worker.rt.registry = Registry()
-    worker.rt.registry.register(Agent(name="tagged", model=ScriptedModel(
-        lambda r: turn("done"))))
-    yield worker
-    store = worker.rt.store
-    assert isinstance(store, SqlStore)
-    store.dispose()
+    yield tagged(worker)
+    assert isinstance(worker.rt.store, SqlStore)
+    worker.rt.store.dispose()
 
 
 @pytest.fixture(scope="module")
