@@ -5,6 +5,7 @@ policy of ``0003_tenancy``, and the upgrade runs again; SQLite and Postgres."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from sqlalchemy import create_engine, text
 
 from store.migrate import alembic_config, upgrade
 from tests.store.test_migrations import empty_db  # noqa: F401  (the fixture)
+from tests.support import wait_for
 
 BEFORE = "0015_scale_indexes"
 INSERT = ("INSERT INTO runs (id, tenant, agent_name, agent_version, status, next_lap, "
@@ -77,3 +79,44 @@ def test_upgrade_copies_the_labels_and_downgrade_restores_0015(
     assert _state(url) == (set(), indexes_before, policy_before)
     upgrade(url)
     assert _state(url) == (rows, indexes, policy)
+
+
+def test_a_run_committed_while_the_upgrade_copies_still_gets_its_rows(
+        request: pytest.FixtureRequest) -> None:
+    """The worst interleaving with a live fleet: a run inserted by code that
+    knows no ``run_labels`` (a process still on 0015) after the backfill has
+    read ``runs``, committed before the trigger exists. The upgrade's trigger
+    waits for that insert's lock, and its second pass copies the run."""
+    url = str(request.getfixturevalue("empty_db"))
+    upgrade(url, BEFORE)
+    old_code = create_engine(url)
+    conn = old_code.connect()
+    conn.execute(text("SELECT set_config('agent_worker.tenant', '*', false)"))
+    conn.execute(text(INSERT), {"id": "late", "t": "acme", "labels": '{"queue": "late"}',
+                                "at": datetime(2026, 1, 1)})  # not committed yet
+    done: list[BaseException | None] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(url)
+            done.append(None)
+        except BaseException as e:  # reported by the assertion below
+            done.append(e)
+
+    upgrader = threading.Thread(target=migrate)
+    upgrader.start()
+    probe = create_engine(url)
+    try:
+        with probe.connect() as c:  # the upgrade waits for a lock on runs: the trigger's
+            assert wait_for(lambda: c.execute(text(
+                "SELECT count(*) FROM pg_locks l JOIN pg_class r ON r.oid = l.relation "
+                "WHERE NOT l.granted AND r.relname = 'runs'")).scalar() == 1, timeout=60)
+        conn.commit()
+        upgrader.join(timeout=120)
+        assert done == [None]
+        rows, _, _ = _state(url)
+        assert ("late", "queue", "late", "acme") in {r[:4] for r in rows}
+    finally:
+        conn.close()
+        old_code.dispose()
+        probe.dispose()
