@@ -36,10 +36,12 @@ or tenant afterwards.
 
 Order, for a live fleet (one transaction; each lock is held to the commit):
 the table, its backfill and its indexes first (reading ``runs`` blocks no
-lap); then the trigger, whose lock on ``runs`` stops new inserts, and a
-second pass that copies the labels of runs committed since the first pass
-read the table; then the policy and the GIN index, which lock ``runs`` only
-for the commit. The downgrade drops the table and the trigger and puts back
+lap); then the trigger, whose lock on ``runs`` holds every write to it (lap
+commits included) until the commit, and a second pass that copies the labels
+of runs committed since the first pass read the table (seconds at a million
+runs: one scan of ``runs`` against ``run_labels``); then the policy and the
+GIN index. ``tests/store/test_label_migration.py`` plays a 0015 process
+inserting a run between the two passes. The downgrade drops the table and the trigger and puts back
 the GIN index and the policy of ``0003_tenancy``.
 """
 
