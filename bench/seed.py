@@ -46,8 +46,9 @@ from bench.common import create_database, libpq_url, log, sa_url
 from store.migrate import upgrade
 
 TENANTS, AGENTS, CUSTOMERS, REGIONS = 100, 5, 10_000, 7
-FILLED = ("runs", "checkpoints", "messages", "events", "effects", "approvals")
+FILLED = ("runs", "run_labels", "checkpoints", "messages", "events", "effects", "approvals")
 EVENTS_TRIGGER = "events_order_notify"
+LABELS_TRIGGER = "run_labels_from_run"  # migration 0016: the seed copies run_labels itself
 TEXT = "lorem ipsum dolor sit amet consectetur " * 8  # ~300 bytes of prose
 Row = tuple[Any, ...]
 
@@ -83,10 +84,13 @@ def turn(g: int) -> int:
     return g // TENANTS + g % TENANTS
 
 
+def label_map(g: int) -> dict[str, str]:
+    return {"customer": f"acme-{g % CUSTOMERS}", "queue": "vip" if turn(g) % 10 == 0 else "std",
+            "region": f"eu-{g % REGIONS}"}
+
+
 def labels(g: int) -> str:
-    return json.dumps({"customer": f"acme-{g % CUSTOMERS}",
-                       "queue": "vip" if turn(g) % 10 == 0 else "std",
-                       "region": f"eu-{g % REGIONS}"})
+    return json.dumps(label_map(g))
 
 
 class Seeder:
@@ -153,6 +157,13 @@ class Seeder:
                    "output_tokens, cost_micros, retention, recoveries, created_at, updated_at, "
                    "last_checkpoint_at, finished_at, labels, priority")
 
+    def label_rows(self, g: int) -> Iterator[Row]:
+        """The run's labels as ``run_labels`` rows (migration 0016), as
+        the trigger on ``runs`` writes them (disabled for the load: one COPY
+        beats a trigger call per run)."""
+        for key, value in label_map(g).items():
+            yield (run_id(g), key, value, f"tenant-{g % TENANTS}", self.created(g))
+
     def checkpoint(self, g: int) -> Iterator[Row]:
         laps = self.laps(g)
         state = {"schema_version": 1, "messages": 2 * laps, "facts": {"customer": g % CUSTOMERS},
@@ -189,6 +200,7 @@ class Seeder:
 
 TABLES: dict[str, tuple[str, Callable[[Seeder, int], Iterator[Row]]]] = {
     "runs": (Seeder.RUN_COLUMNS, lambda s, g: iter((s.run(g),))),
+    "run_labels": ("run_id, key, value, tenant, created_at", Seeder.label_rows),
     "checkpoints": ("run_id, lap, schema_version, state, created_at", Seeder.checkpoint),
     "messages": ("run_id, seq, lap, body, created_at", Seeder.messages),
     "events": ("run_id, lap, kind, data, created_at", Seeder.events),
@@ -224,6 +236,7 @@ def seed(url: str, shape: Shape, *, tables: Sequence[str] = FILLED) -> dict[str,
         # (migration 0006); nothing reads this database yet, and the ids drawn
         # in run order are already in commit order.
         conn.execute(f"ALTER TABLE events DISABLE TRIGGER {EVENTS_TRIGGER}")
+        conn.execute(f"ALTER TABLE runs DISABLE TRIGGER {LABELS_TRIGGER}")
         indexes = _secondary_indexes(conn, tables)
         for name, _ in indexes:
             conn.execute(f"DROP INDEX {name}")
@@ -243,6 +256,7 @@ def seed(url: str, shape: Shape, *, tables: Sequence[str] = FILLED) -> dict[str,
             conn.execute(definition)
         log(f"{len(indexes)} indexes rebuilt in {time.perf_counter() - t0:.1f} s")
         conn.execute(f"ALTER TABLE events ENABLE TRIGGER {EVENTS_TRIGGER}")
+        conn.execute(f"ALTER TABLE runs ENABLE TRIGGER {LABELS_TRIGGER}")
         for table in tables:
             conn.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:

@@ -3,9 +3,18 @@ newest first, paged with an opaque cursor (issue 18, item 5).
 
 The cursor is keyset paging on ``(created_at, id)`` (index ``ix_runs_created``),
 never an OFFSET: a page costs the same at page 1 and page 10,000, and runs
-started while a client pages do not shift what it has still to see. Labels
-match by containment: ``labels @> '{"k": "v"}'`` on Postgres (a GIN index,
-``jsonb_path_ops``), ``json_extract`` on SQLite (in-process mode, small).
+started while a client pages do not shift what it has still to see.
+
+Labels match through their rows in ``run_labels`` (``store.labelrows``), on
+Postgres and SQLite alike. One label: the statement walks that label's index
+entries (``ix_run_labels_tenant`` for a tenant, else ``ix_run_labels_pair``)
+newest first and joins each to its run, so it stops after a page however
+common the label. Several: one ``EXISTS`` each, and the planner starts from
+the rarest (it has the statistics; a caller's order says nothing). Why not
+``labels @> ...`` on the run row: under the forced row-level security of a
+deployed database that operator is not leakproof, so Postgres never used its
+GIN index (BENCHMARKS.md, "Listings under row-level security at a million
+runs").
 """
 
 from __future__ import annotations
@@ -18,12 +27,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, func, select, tuple_
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import ColumnElement, Connection, Select, bindparam, exists, select, tuple_
 
 from agent_worker.errors import InvalidInputError
 from agent_worker.vocabulary import RunStatus
 from store.base import RunRecord
+from store.labelrows import run_labels
 from store.rows import runs, to_run
 
 
@@ -68,17 +77,32 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return when, run_id
 
 
+def _label_rows(f: RunFilter, key: str, value: str) -> list[ColumnElement[bool]]:
+    """Conditions on ``run_labels`` for one label (and the filter's tenant, so
+    the tenant's index serves a principal's search)."""
+    cond = [run_labels.c.key == key, run_labels.c.value == value]
+    if f.tenant is not None:
+        cond.append(run_labels.c.tenant == f.tenant)
+    return cond
+
+
 def _query(conn: Connection, f: RunFilter, after: tuple[datetime, str] | None,
            limit: int) -> Select[Any]:
-    q = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-    if f.labels:
-        if conn.dialect.name == "postgresql":
-            q = q.where(runs.c.labels.op("@>")(
-                bindparam("labels", dict(f.labels), type_=JSONB)))
-        else:
-            for key, value in f.labels.items():
-                # Keys are identifiers (letters, digits, . _ -): safe inside a quoted path.
-                q = q.where(func.json_extract(runs.c.labels, f'$."{key}"') == value)
+    # ``conn`` is kept for callers that compile the statement (bench.labels).
+    order: tuple[Any, Any] = (runs.c.created_at, runs.c.id)
+    q = select(runs)
+    pairs = list(f.labels.items())
+    if len(pairs) == 1:
+        # Walk the label's own index in listing order: its created_at and
+        # run_id are the run's, so the page is the first rows of that walk.
+        q = q.join_from(run_labels, runs, runs.c.id == run_labels.c.run_id).where(
+            *_label_rows(f, *pairs[0]))
+        order = (run_labels.c.created_at, run_labels.c.run_id)
+    else:
+        for key, value in pairs:
+            q = q.where(exists().where(run_labels.c.run_id == runs.c.id,
+                                       *_label_rows(f, key, value)))
+    q = q.order_by(order[0].desc(), order[1].desc()).limit(limit)
     equal: tuple[tuple[Any, str | None], ...] = (
         (runs.c.status, f.status), (runs.c.agent_name, f.agent),
         (runs.c.agent_version, f.agent_version), (runs.c.tenant, f.tenant))
@@ -86,11 +110,11 @@ def _query(conn: Connection, f: RunFilter, after: tuple[datetime, str] | None,
         if wanted is not None:
             q = q.where(column == wanted)
     if f.created_after is not None:
-        q = q.where(runs.c.created_at >= f.created_after)
+        q = q.where(order[0] >= f.created_after)
     if f.created_before is not None:
-        q = q.where(runs.c.created_at < f.created_before)
+        q = q.where(order[0] < f.created_before)
     if after is not None:
-        q = q.where(tuple_(runs.c.created_at, runs.c.id) < tuple_(
+        q = q.where(tuple_(*order) < tuple_(
             bindparam("after_at", after[0], type_=runs.c.created_at.type),
             bindparam("after_id", after[1])))
     return q

@@ -25,7 +25,8 @@ SELECT (SELECT array_agg(indexrelid::regclass::text ORDER BY indexrelid::regclas
         FROM pg_index WHERE indrelid = ANY(%(t)s::regclass[])),
        (SELECT array_agg(relname::text ORDER BY relname) FROM pg_class
         WHERE relname = ANY(%(t)s::text[]) AND relforcerowsecurity),
-       (SELECT tgenabled FROM pg_trigger WHERE tgname = 'events_order_notify')
+       (SELECT tgenabled FROM pg_trigger WHERE tgname = 'events_order_notify'),
+       (SELECT tgenabled FROM pg_trigger WHERE tgname = 'run_labels_from_run')
 """
 
 
