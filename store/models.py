@@ -395,3 +395,5 @@ class RateChargeRow(Base):
     tokens: Mapped[int] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_rate_charges_at", "at"),)
+
+from store import rollupmodels as _rollupmodels  # noqa: E402, F401  (the scrape's tables)
