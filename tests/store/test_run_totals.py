@@ -56,7 +56,7 @@ def _rolled(conn: Connection) -> Totals:
     rows = rollup.read_totals(conn, stale_before=STALE_BEFORE)
     out: Totals = {}
     for r in rows:
-        values = tuple(int(x) for x in list(r._mapping.values())[2:])
+        values = tuple(int(r[i]) for i in range(2, len(r)))
         out[(str(r.agent_name), str(r.status))] = values
     # A pair every run has left keeps a folded row of zeros: the same as absent.
     return {k: v for k, v in out.items() if any(v)}
