@@ -159,6 +159,19 @@ def events_after(store: SqlStore, after_id: int, kinds: Sequence[str], *,
             for r in rows]
 
 
+def events_before(store: SqlStore, before_id: int | None, kinds: Sequence[str], *,
+                  limit: int = 5000) -> list[EventRow]:
+    """Events of ``kinds`` with an id below ``before_id`` (``None``: the newest),
+    newest first: the exporter walks back from the log's end when it starts."""
+    q = select(events.c.id, events.c.kind, events.c.data, events.c.created_at).where(
+        events.c.kind.in_(kinds))
+    if before_id is not None:
+        q = q.where(events.c.id < before_id)
+    rows = _read(store, lambda c: c.execute(q.order_by(events.c.id.desc()).limit(limit)).all())
+    return [EventRow(id=int(r.id), kind=r.kind, data=r.data, created_at=r.created_at)
+            for r in rows]
+
+
 def latest_checkpoints(store: SqlStore, run_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     """The newest checkpoint state of each run in ``run_ids`` (one query)."""
     if not run_ids:
@@ -180,5 +193,6 @@ def _aware(value: Any) -> datetime | None:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-__all__ = ["AgentTotals", "EventRow", "Snapshot", "events_after", "latest_checkpoints",
+__all__ = ["AgentTotals", "EventRow", "Snapshot", "events_after", "events_before",
+           "latest_checkpoints",
            "refresh", "snapshot"]
