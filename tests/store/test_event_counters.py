@@ -5,9 +5,7 @@ start as after it."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,21 +13,8 @@ from sqlalchemy import func, insert, select
 
 from agent_worker.metrics import SETTLE, EventCounters
 from store import stats
-from store.migrate import upgrade
 from store.rows import events
 from store.sql import SqlStore
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        upgrade(url)
-    else:
-        url = request.getfixturevalue("database_url")
-    s = SqlStore(url)
-    yield s
-    s.dispose()
 
 
 def _lap(store: SqlStore, run_id: str, at: datetime) -> None:
