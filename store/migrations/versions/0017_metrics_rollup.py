@@ -127,6 +127,9 @@ def upgrade() -> None:
         op.execute(PG_FUNCTION)
         for ddl in PG_TRIGGERS:
             op.execute(ddl)
+        # Every tenant's runs, whatever connection runs the migration (the
+        # forced tenancy policy would otherwise hide them from the backfill).
+        op.execute("SELECT set_config('agent_worker.tenant', '*', true)")
     else:
         for ddl in SQLITE_TRIGGERS:
             op.execute(ddl)
