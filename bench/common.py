@@ -27,6 +27,7 @@ from typing import IO, Any, Protocol
 import psycopg
 
 from agent_worker.settings import Settings
+from bench.dropping import drop_retrying
 from tests.support import Proc as Proc
 from tests.support import lock_redis_db
 from tests.support import wait_for as wait_for
@@ -56,9 +57,14 @@ def create_database(name: str) -> str:
     return libpq_url(PG_ADMIN).rsplit("/", 1)[0] + "/" + name
 
 
-def drop_database(name: str) -> None:
-    with psycopg.connect(libpq_url(PG_ADMIN), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def drop_database(name: str, *, admin_url: str = PG_ADMIN) -> None:
+    """Drop ``name`` (sessions and all) on the server of ``admin_url``, waiting
+    out an autovacuum worker on it (``bench.dropping``)."""
+    def execute(sql: str) -> None:
+        with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
+            conn.execute(sql)
+
+    drop_retrying(execute, name)
 
 
 def server_settings() -> dict[str, str]:

@@ -36,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.common import drop_database
 from tests.support import TEST_AGENTS, Fleet, lock_redis_db, wait_for
 
 PG = "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker"
@@ -69,8 +70,7 @@ def _services() -> Iterator[tuple[str, str]]:
         yield url, broker
     finally:
         lock.close()
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(name, admin_url=admin.url.render_as_string(hide_password=False))
         admin.dispose()
 
 

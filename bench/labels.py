@@ -36,6 +36,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, text
 
+from bench.common import drop_database
 from store.db import make_engine
 from store.listing import RunFilter, _query, decode_cursor, search_runs
 from store.migrate import upgrade
@@ -158,8 +159,7 @@ def main() -> None:
         engine.dispose()
     finally:
         if not (a.keep or a.db):
-            with admin.connect() as c:
-                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            drop_database(name, admin_url=admin.url.render_as_string(hide_password=False))
         admin.dispose()
 
 

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from bench.common import settings_from
+from bench.common import drop_database, settings_from
 from bench.lost_laps import SCENARIOS as LOST_MESSAGE
 from bench.lost_laps import Bench, Sample
 from tests.support import ROOT, TEST_AGENTS, Fleet, Proc, wait_for
@@ -89,8 +89,7 @@ def _shared_services() -> Iterator[tuple[str, str, Any, Any]]:
     finally:
         if lock is not None:
             lock.close()
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(name, admin_url=admin.url.render_as_string(hide_password=False))
         admin.dispose()
 
 

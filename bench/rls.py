@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"aw_bench_rls_{int(time.time())}"
     url = create_database(name)
     system = bypass = None
+    cpu: BackendCpu | None = None
     try:
         system = InProcess(sa_url(url))
         systems = {"rls_off": system, "rls_on": system}
@@ -148,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
                 cpu_per_lap[mode].append(cpu.used_ns(before, cpu.sample()) / 1e6 / args.laps)
                 log(f"{mode} run {i}: {per_lap[mode][-1]:.3f} ms/lap, "
                     f"{cpu_per_lap[mode][-1]:.3f} ms of server CPU per lap")
-        cpu.close()
         set_rls(url, True)
         result: dict[str, object] = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"), "laps": args.laps,
@@ -165,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     finally:
+        if cpu is not None:
+            cpu.close()
         for one in (system, bypass):
             if one is not None:
                 # All of its engines: the drop below may end only the app

@@ -395,6 +395,6 @@ class RateChargeRow(Base):
     __table_args__ = (Index("ix_rate_charges_at", "at"),)
 
 
-# Registers ``run_labels`` on ``Base.metadata`` (a module of its own: this one
-# is at its size limit); a module import, so either may be imported first.
+# Registers the label rows' and the scrape's tables (this module is at its size limit).
 import store.labelrows  # noqa: E402,F401
+import store.rollupmodels  # noqa: E402,F401

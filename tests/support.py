@@ -19,6 +19,8 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from bench.dropping import drop_retrying
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
@@ -105,22 +107,15 @@ def answers(url: str) -> bool:
 
 
 def drop_database(admin: Engine, name: str, attempts: int = 50) -> None:
-    """Drop a test database, sessions and all. On Postgres 15 a non-superuser's
-    ``WITH (FORCE)`` cannot end an autovacuum worker that happens to be on the
-    database ("must be a member of the role whose process is being
-    terminated"); it ends by itself within moments, so try again."""
+    """Drop a test database, sessions and all, waiting out an autovacuum
+    worker on it (``bench.dropping``)."""
     from sqlalchemy import text
-    from sqlalchemy.exc import ProgrammingError
 
-    for attempt in range(attempts):
-        try:
-            with admin.connect() as c:
-                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            return
-        except ProgrammingError as e:
-            if "must be a member of the role" not in str(e) or attempt == attempts - 1:
-                raise
-            time.sleep(0.1)
+    def execute(sql: str) -> None:
+        with admin.connect() as c:
+            c.execute(text(sql))
+
+    drop_retrying(execute, name, attempts=attempts)
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,23 +22,10 @@ from agent_worker.errors import (
 from agent_worker.messages import Message
 from agent_worker.vocabulary import WaitingFor
 from store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
-from store.migrate import upgrade
 from store.rows import checkpoints, messages
 from store.sql import SqlStore
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        upgrade(url)
-    else:
-        url = request.getfixturevalue("database_url")
-    s = SqlStore(url)
-    yield s
-    s.dispose()
 
 
 @pytest.fixture

@@ -1,0 +1,313 @@
+"""The scrape's run totals (store.rollup) equal the full aggregation of the run
+table they replace, through every way a run row changes, late commits and
+concurrent folders; and no statement of a scrape reads the run table by
+sequential scan."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, func, select, update
+
+from agent_worker.messages import Message
+from agent_worker.settings import get_settings
+from agent_worker.vocabulary import RUNNABLE, RunStatus
+from store import rollup, stats
+from store.base import LapCommit, NewRun, RunUpdate
+from store.migrate import upgrade
+from store.rows import runs
+from store.sql import SqlStore
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+STALE_BEFORE = NOW + timedelta(hours=1)
+Totals = dict[tuple[str, str], tuple[int, ...]]
+
+
+def _reference(conn: Connection) -> Totals:
+    """What ``stats.snapshot`` computed before the rollup: the whole run table
+    grouped by agent and status."""
+    stale = runs.c.status.in_(RUNNABLE) & (runs.c.last_checkpoint_at < STALE_BEFORE)
+    rows = conn.execute(select(
+        runs.c.agent_name, runs.c.status, func.count(),
+        *[func.coalesce(func.sum(runs.c[c]), 0) for c in rollup.SUMS],
+        func.count().filter(stale)).group_by(runs.c.agent_name, runs.c.status)).all()
+    return {(r[0], r[1]): tuple(int(v) for v in r[2:]) for r in rows}
+
+
+def _rolled(conn: Connection) -> Totals:
+    rows = rollup.read_totals(conn, stale_before=STALE_BEFORE)
+    out: Totals = {}
+    for r in rows:
+        values = tuple(int(r[i]) for i in range(2, len(r)))
+        out[(str(r.agent_name), str(r.status))] = values
+    # A pair every run has left keeps a folded row of zeros: the same as absent.
+    return {k: v for k, v in out.items() if any(v)}
+
+
+def _check(store: SqlStore) -> Totals:
+    """Both readings in one snapshot (the module's database is shared: another
+    test's writes between two statements must not make them differ)."""
+    with store.engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        expected, got = _reference(conn), _rolled(conn)
+        conn.rollback()
+    assert got == expected
+    return got
+
+
+def _new(run_id: str, agent: str) -> NewRun:
+    return NewRun(id=run_id, tenant="t1", agent_name=agent, agent_version="1", input={},
+                  limits={}, retention="full", checkpoint={"schema_version": 2,
+                                                           "message_count": 1},
+                  schema_version=2, messages=[Message(role="user", content="hi")], now=NOW)
+
+
+def _lap(store: SqlStore, run_id: str, status: RunStatus, usage: tuple[int, int, int, int],
+         **update_: Any) -> None:
+    """Claim the run's next lap and commit it leaving the run in ``status``."""
+    run = store.get_run(run_id)
+    assert run is not None
+    lap = run.next_lap
+    claim = store.claim(run_id, lap, owner="w", now=NOW, lease_seconds=60, window_messages=5)
+    assert claim is not None
+    seq = len(store.list_messages(run_id))
+    assert store.commit_lap(LapCommit(
+        run_id=run_id, lap=lap, owner="w",
+        messages=[(seq, Message(role="assistant", content=f"lap {lap}"))],
+        checkpoint={"schema_version": 2, "message_count": seq + 1}, schema_version=2,
+        update=RunUpdate(status=status, **update_), usage=usage, event={}, now=NOW))
+
+
+def test_totals_equal_the_full_aggregation_through_a_runs_history(store: SqlStore) -> None:
+    tag = uuid.uuid4().hex[:6]
+    agents = [f"tot-a-{tag}", f"tot-b-{tag}"]
+    ids = [f"tot-{tag}-{i}" for i in range(10)]
+    for i, rid in enumerate(ids):
+        store.create_run(_new(rid, agents[i % 2]))
+    _check(store)
+    # Laps that end, fail, pause and sleep runs (each spends something).
+    _lap(store, ids[0], "succeeded", (1, 10, 5, 700), result={"ok": 1})
+    _lap(store, ids[1], "succeeded", (1, 20, 6, 900), result={"ok": 2})
+    _lap(store, ids[2], "failed", (1, 30, 7, 1100), error_code="boom")
+    _lap(store, ids[3], "waiting", (1, 40, 8, 1300), waiting_for=None)
+    _lap(store, ids[4], "sleeping", (1, 50, 9, 1500), wake_at=NOW + timedelta(days=1))
+    _lap(store, ids[5], "queued", (1, 60, 10, 1700), enqueue=True)  # a lap in flight
+    before_fold = _check(store)
+    assert before_fold[(agents[0], "succeeded")] == (1, 700, 10, 5, 0, 0)
+    assert stats.refresh(store) > 0
+    assert _check(store) == before_fold
+    # The failed run is retried, then ends again: counted once, as succeeded.
+    store.requeue(ids[2], now=NOW, from_statuses=["failed"], event={})
+    _check(store)
+    _lap(store, ids[2], "succeeded", (1, 1, 1, 1), result={"ok": 3})
+    # The waiting run is charged while paused (a child's spend), then resumes.
+    with store.engine.begin() as conn:
+        conn.execute(update(runs).where(runs.c.id == ids[3])
+                     .values(cost_micros=runs.c.cost_micros + 5, recoveries=2))
+    _check(store)
+    store.requeue(ids[3], now=NOW, from_statuses=["waiting"], event={})
+    store.request_cancel(ids[6], reason="test", by="op", now=NOW)
+    after = _check(store)
+    # (usage is the run's total so far, and a retry carries it on)
+    assert after[(agents[0], "succeeded")] == (2, 700 + 1, 10 + 1, 5 + 1, 0, 0)
+    stats.refresh(store)
+    _check(store)
+    # Retention prunes history, never the run rows: the totals stay.
+    store.prune(checkpoints_before=NOW + timedelta(days=400),
+                ledger_before=NOW + timedelta(days=400), batch=500)
+    assert _check(store) == after
+    with store.engine.connect() as conn:
+        assert rollup.unfolded(conn) == 0  # and folded what was pending
+    # A run row deleted by hand leaves the totals as it leaves the table.
+    with store.engine.begin() as conn:
+        conn.execute(runs.delete().where(runs.c.id == ids[1]))
+    _check(store)
+    with store.engine.connect() as conn:
+        folded_rows = conn.execute(select(rollup.run_totals)).all()
+    assert folded_rows  # the settled part came from the rollup, not the run table
+
+
+def test_scrape_snapshot_reads_the_same_as_before(store: SqlStore) -> None:
+    tag = uuid.uuid4().hex[:6]
+    for i in range(4):
+        store.create_run(_new(f"snap-{tag}-{i}", f"snap-{tag}"))
+    _lap(store, f"snap-{tag}-0", "succeeded", (1, 3, 4, 5), result=None)
+    snap = stats.snapshot(store, stale_before=STALE_BEFORE)
+    totals = snap.by_agent[f"snap-{tag}"]
+    assert (totals.runs, totals.cost_micros, totals.input_tokens, totals.output_tokens) == (
+        4, 5, 3, 4)
+    with store.engine.connect() as conn:
+        assert rollup.unfolded(conn) == 0  # the scrape folded what it read
+        reference = _reference(conn)
+    assert snap.runs_by_status["succeeded"] == sum(
+        v[0] for (_, s), v in reference.items() if s == "succeeded")
+
+
+def test_migration_backfills_and_downgrades(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'mig.db'}"
+    upgrade(url, "0015_scale_indexes")
+    store = SqlStore(url)
+    try:
+        for i in range(3):
+            store.create_run(_new(f"mig-{i}", "mig"))
+        with store.engine.begin() as conn:
+            conn.execute(update(runs).where(runs.c.id != "mig-2")
+                         .values(status="succeeded", cost_micros=7, finished_at=NOW))
+        upgrade(url)
+        with store.engine.connect() as conn:
+            assert rollup.unfolded(conn) == 0
+            assert conn.execute(select(rollup.run_totals.c.runs,
+                                       rollup.run_totals.c.cost_micros)).all() == [(2, 14)]
+        _check(store)
+        from alembic import command
+
+        from store.migrate import alembic_config
+
+        command.downgrade(alembic_config(url), "0015_scale_indexes")
+        store.create_run(_new("mig-3", "mig"))  # no trigger left behind
+        upgrade(url)
+        _check(store)
+    finally:
+        store.dispose()
+
+
+# --- Postgres: the orders of commits a watermark would get wrong ---------------------------
+
+
+@pytest.fixture
+def pg(database_url: str) -> Iterator[SqlStore]:
+    s = SqlStore(database_url)
+    yield s
+    s.dispose()
+
+
+def _insert_running(store: SqlStore, ids: list[str], agent: str) -> None:
+    for rid in ids:
+        store.create_run(_new(rid, agent))
+
+
+def _end(conn: Connection, rid: str, cost: int) -> None:
+    conn.execute(update(runs).where(runs.c.id == rid).values(
+        status="succeeded", cost_micros=cost, finished_at=NOW))
+
+
+def test_a_run_ended_by_a_transaction_that_commits_late_is_folded_once(pg: SqlStore) -> None:
+    tag = uuid.uuid4().hex[:6]
+    early, late = f"late-{tag}-x", f"late-{tag}-y"
+    _insert_running(pg, [early, late], f"late-{tag}")
+    stats.refresh(pg)
+    slow = pg.engine.connect()
+    try:
+        _end(slow, early, 11)  # takes the lower delta id, commits last
+        with pg.engine.begin() as fast:
+            _end(fast, late, 13)
+        assert stats.refresh(pg) >= 1  # folds the later id; the earlier is invisible
+        _check(pg)
+        slow.commit()
+    finally:
+        slow.close()
+    got = _check(pg)
+    assert got[(f"late-{tag}", "succeeded")] == (2, 24, 0, 0, 0, 0)
+    with pg.engine.connect() as conn:
+        deltas = rollup.run_total_deltas.c
+        left = conn.execute(select(deltas.cost_micros)
+                            .where(deltas.agent_name == f"late-{tag}")).scalars().all()
+    assert left == [11]  # still to fold: a watermark at 13's id would skip it
+    stats.refresh(pg)
+    assert _check(pg) == got
+
+
+def test_two_folders_and_a_writer_at_once_count_every_delta_once(pg: SqlStore) -> None:
+    tag = uuid.uuid4().hex[:6]
+    agent = f"conc-{tag}"
+    ids = [f"conc-{tag}-{i}" for i in range(60)]
+    _insert_running(pg, ids, agent)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def folder() -> None:
+        try:
+            while not stop.is_set():
+                with pg.engine.begin() as conn:
+                    rollup.fold(conn, batch=3)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=folder) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for i, rid in enumerate(ids):
+            with pg.engine.begin() as conn:
+                _end(conn, rid, i)
+                if i % 3 == 0:  # and some leave again (a retry): a -1 and a +1
+                    conn.execute(update(runs).where(runs.c.id == rid).values(status="queued"))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    stats.refresh(pg)
+    got = _check(pg)
+    assert got[(agent, "succeeded")] == (40, sum(i for i in range(60) if i % 3), 0, 0, 0, 0)
+
+
+def _rows_read(engine: Any, sql: str, params: Any) -> dict[str, int]:
+    """Rows each plan node on ``runs`` or ``approvals`` read (returned plus
+    removed by a filter or a recheck), summed per table, with sequential
+    scans priced out (the test database is tiny: the planner would scan
+    anything), next to how many of those rows are live (queued or running
+    runs, pending approvals) in the same snapshot."""
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        live = {
+            "runs": conn.execute(select(func.count()).where(
+                runs.c.status.in_(RUNNABLE))).scalar_one(),
+            "approvals": conn.exec_driver_sql(
+                "SELECT count(*) FROM approvals WHERE status = 'pending'").scalar_one()}
+        (doc,) = conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).scalar_one()
+        conn.rollback()
+    read = {"runs": 0, "approvals": 0, "live_runs": live["runs"],
+            "live_approvals": live["approvals"]}
+    todo = [doc["Plan"]]
+    while todo:
+        node = todo.pop()
+        todo.extend(node.get("Plans", []))
+        table = node.get("Relation Name")
+        if table in ("runs", "approvals"):
+            read[table] += (int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+                            + int(node.get("Rows Removed by Filter", 0))
+                            + int(node.get("Rows Removed by Index Recheck", 0)))
+    return read
+
+
+def test_no_statement_of_a_scrape_reads_more_than_the_live_rows(pg: SqlStore) -> None:
+    from prometheus_client import generate_latest
+
+    from agent_worker.metrics import registry_for
+    from bench import plans
+
+    tag = uuid.uuid4().hex[:6]
+    _insert_running(pg, [f"plan-{tag}-{i}" for i in range(3)], f"plan-{tag}")
+    with pg.engine.begin() as conn:  # settled runs the old grouping would read
+        for i in range(2):
+            _end(conn, f"plan-{tag}-{i}", i)
+    registry = registry_for(pg, get_settings())
+    generate_latest(registry)  # the first scrape: positions the event counters
+    sent = plans.statements(pg.engine, lambda: generate_latest(registry))
+    assert len(sent) >= 3
+    over = []
+    for sql, params in sent:
+        read = _rows_read(pg.engine, sql, params)
+        if read["runs"] > read["live_runs"] or read["approvals"] > read["live_approvals"]:
+            over.append((sql[:300], read))
+    assert over == []
