@@ -65,7 +65,10 @@ def _explain(conn: Connection, build: Builder, now: datetime) -> dict[str, Any]:
     sorts."""
     stmt = build([AGENT], now, only=None, skip=[])
     sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+    if build is admitting.heads:  # as admitting._waiting plans it
+        conn.execute(admitting._PLAN, {"on": "off"})
     plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql)).scalar_one()
+    conn.execute(admitting._PLAN, {"on": "on"})
     nodes = list(_nodes(plan[0]["Plan"]))
     read = sum(int(n["Actual Rows"]) * int(n["Actual Loops"]) for n in nodes
                if n.get("Relation Name") == "runs")

@@ -40,6 +40,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -258,6 +260,22 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _measure_apart(flood: int, others: int, pause: float, fleet_cap: int,
+                   logdir: Path) -> dict[str, Any]:
+    """``measure(..., whole=True)`` in a process of its own: each flood gets
+    a Redis db of its own, and a process that has sent to one keeps its
+    Celery producer's connection to it (seen: a second flood's laps went to
+    the first flood's db, and no worker ever saw them)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.fairness", "--whole", "--flood", str(flood),
+         "--others", str(others), "--pause", str(pause), "--fleet-cap", str(fleet_cap),
+         "--logdir", str(logdir)], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def throughput(rounds: int, flood: int, others: int, pause: float, fleet_cap: int,
                logdir: Path) -> dict[str, Any]:
     """``rounds`` floods capped and as many uncapped, taking turns (ABBA)."""
@@ -268,7 +286,12 @@ def throughput(rounds: int, flood: int, others: int, pause: float, fleet_cap: in
         order = [fleet_cap, 0] if i % 2 == 0 else [0, fleet_cap]
         for cap in order:
             before = _load()
-            r = measure(flood, others, pause, cap, logdir, whole=True)
+            try:
+                r = _measure_apart(flood, others, pause, cap, logdir)
+            except RuntimeError as e:  # reported, and the round goes on
+                log.append({"round": i + 1, "fleet_cap": cap, "error": str(e)[-500:]})
+                print(json.dumps(log[-1]), flush=True)
+                continue
             whole = r["throughput"]["whole_flood"]
             rates[cap].append(whole["laps_per_s"])
             per_run[cap].append(whole["runs_per_s"])
@@ -296,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--logdir", type=Path, default=ROOT / "bench" / "results" / "fairness")
     p.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
                    help="capped against uncapped over the whole flood, ROUNDS of each")
+    p.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.whole:  # one flood of --throughput, in a process of its own
+        print(json.dumps(measure(args.flood, args.others, args.pause, args.fleet_cap,
+                                 args.logdir, whole=True), default=str))
+        return 0
     if args.throughput:
         out = throughput(args.throughput, args.flood, args.others, args.pause,
                          args.fleet_cap or 10, args.logdir)
