@@ -21,6 +21,17 @@ largest number of laps in flight seen by a sampler reading the database every
     python -m bench.fairness                      # 2,000 + 20, as in the issue
     python -m bench.fairness --fleet-cap 0        # the same without fair share
     python -m bench.fairness --flood 300          # a shorter flood
+    python -m bench.fairness --throughput 3       # capped vs uncapped, 3 rounds each
+
+``--throughput N`` measures the fleet's throughput over the whole flood (the
+issue's "within 10% of capacity"): N rounds, each one flood with the fleet cap
+``--fleet-cap`` and one with no cap at all (``--fleet-cap 0``: no admission,
+every lap straight to Redis, the fleet's *capacity*), the two taking turns
+(ABBA: the order flips each round, so a drifting machine load weighs on both
+alike). A round's figure is laps committed per second (and runs finished per
+second) from the first lap of tenant a's flood starting to the last of the
+2,000 + 20 runs finishing; reported are each configuration's median, min and
+max, and the capped median as a share of the uncapped one.
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -36,7 +49,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import RedisDb, create_database, drop_database, sa_url, settings_from
+from bench.common import (
+    RedisDb,
+    create_database,
+    drop_database,
+    sa_url,
+    settings_from,
+    summary,
+)
 from tests.support import ROOT, TEST_AGENTS, Fleet, wait_for
 
 
@@ -126,8 +146,45 @@ def _window(aw: Any, start: datetime, end: datetime) -> dict[str, float]:
             "mean_lap_s": round(statistics.mean(lap_s), 3) if lap_s else float("nan")}
 
 
-def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path
-            ) -> dict[str, Any]:
+def _whole_flood(aw: Any, loaded: list[str], timeout: float) -> dict[str, float]:
+    """Wait until every run has ended, then the throughput over the whole
+    flood: from the first lap of a's flood starting (its commit time less its
+    duration) to the last of a's runs and b's ``loaded`` runs finishing."""
+    from sqlalchemy import func, or_, select
+
+    from agent_worker.metrics import lap_seconds
+    from agent_worker.vocabulary import TERMINAL
+    from store.rows import events, runs
+
+    engine = aw.rt.store.engine
+
+    def left() -> int:
+        with engine.connect() as c:
+            return int(c.execute(select(func.count()).select_from(runs).where(
+                runs.c.status.not_in(sorted(TERMINAL)))).scalar_one())
+
+    wait_for(lambda: left() == 0, timeout=timeout, interval=0.5, what="the whole flood")
+    flood_runs = runs.c.tenant == "a"
+    with engine.connect() as c:
+        first = c.execute(select(events.c.created_at, events.c.data)
+                          .join(runs, runs.c.id == events.c.run_id)
+                          .where(flood_runs, events.c.kind == "lap_committed")
+                          .order_by(events.c.created_at).limit(1)).one()
+        start = first.created_at.timestamp() - (lap_seconds(first.data) or 0.0)
+        counted = or_(flood_runs, runs.c.id.in_(loaded))
+        end = c.execute(select(func.max(runs.c.finished_at)).where(counted)).scalar_one()
+        n_runs = int(c.execute(select(func.count()).select_from(runs)
+                               .where(counted)).scalar_one())
+        laps = int(c.execute(select(func.count()).select_from(events)
+                             .join(runs, runs.c.id == events.c.run_id)
+                             .where(counted, events.c.kind == "lap_committed")).scalar_one())
+    seconds = end.timestamp() - start
+    return {"laps": laps, "runs": n_runs, "seconds": round(seconds, 2),
+            "laps_per_s": round(laps / seconds, 2), "runs_per_s": round(n_runs / seconds, 2)}
+
+
+def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path,
+            *, whole: bool = False) -> dict[str, Any]:
     from agent_worker.agent import registry
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
@@ -178,7 +235,9 @@ def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path
                 aw.wait(run_id, timeout=1800)
             end = aw.rt.clock.now()
             flood_times = _times(aw, loaded)
-            window = _window(aw, start, end)
+            window: dict[str, Any] = _window(aw, start, end)
+            if whole:
+                window = {"while_b": window, "whole_flood": _whole_flood(aw, loaded, 3600)}
         finally:
             sampler.stop.set()
             fleet.close()
@@ -197,6 +256,60 @@ def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path
     }
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _measure_apart(flood: int, others: int, pause: float, fleet_cap: int,
+                   logdir: Path) -> dict[str, Any]:
+    """``measure(..., whole=True)`` in a process of its own: each flood gets
+    a Redis db of its own, and a process that has sent to one keeps its
+    Celery producer's connection to it (seen: a second flood's laps went to
+    the first flood's db, and no worker ever saw them)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.fairness", "--whole", "--flood", str(flood),
+         "--others", str(others), "--pause", str(pause), "--fleet-cap", str(fleet_cap),
+         "--logdir", str(logdir)], cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def throughput(rounds: int, flood: int, others: int, pause: float, fleet_cap: int,
+               logdir: Path) -> dict[str, Any]:
+    """``rounds`` floods capped and as many uncapped, taking turns (ABBA)."""
+    rates: dict[int, list[float]] = {fleet_cap: [], 0: []}
+    per_run: dict[int, list[float]] = {fleet_cap: [], 0: []}
+    log: list[dict[str, Any]] = []
+    for i in range(rounds):
+        order = [fleet_cap, 0] if i % 2 == 0 else [0, fleet_cap]
+        for cap in order:
+            before = _load()
+            try:
+                r = _measure_apart(flood, others, pause, cap, logdir)
+            except RuntimeError as e:  # reported, and the round goes on
+                log.append({"round": i + 1, "fleet_cap": cap, "error": str(e)[-500:]})
+                print(json.dumps(log[-1]), flush=True)
+                continue
+            whole = r["throughput"]["whole_flood"]
+            rates[cap].append(whole["laps_per_s"])
+            per_run[cap].append(whole["runs_per_s"])
+            entry = {"round": i + 1, "fleet_cap": cap, "load_before": before,
+                     "load_after": _load(), **whole,
+                     "b_ratio": r["ratio"], "cap_exceeded": r["cap_exceeded"],
+                     "in_flight_peak": r["in_flight_peak"], "samples": r["samples"],
+                     "redis_lap_messages_peak": r["redis_lap_messages_peak"]}
+            log.append(entry)
+            print(json.dumps(entry, default=str), flush=True)
+    capped, capacity = summary(rates[fleet_cap]), summary(rates[0])
+    return {"rounds": log,
+            "laps_per_s": {"capped": capped, "uncapped_capacity": capacity},
+            "runs_per_s": {"capped": summary(per_run[fleet_cap]),
+                           "uncapped_capacity": summary(per_run[0])},
+            "capped_share_of_capacity": round(capped["median"] / capacity["median"], 3)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--flood", type=int, default=2000)
@@ -204,7 +317,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause", type=float, default=0.2)
     p.add_argument("--fleet-cap", type=int, default=10)
     p.add_argument("--logdir", type=Path, default=ROOT / "bench" / "results" / "fairness")
+    p.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
+                   help="capped against uncapped over the whole flood, ROUNDS of each")
+    p.add_argument("--whole", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.whole:  # one flood of --throughput, in a process of its own
+        print(json.dumps(measure(args.flood, args.others, args.pause, args.fleet_cap,
+                                 args.logdir, whole=True), default=str))
+        return 0
+    if args.throughput:
+        out = throughput(args.throughput, args.flood, args.others, args.pause,
+                         args.fleet_cap or 10, args.logdir)
+        print(json.dumps(out, indent=2, default=str))
+        return 0
     result = measure(args.flood, args.others, args.pause, args.fleet_cap, args.logdir)
     print(json.dumps(result, indent=2, default=str))
     return 0

@@ -118,8 +118,10 @@ class Run(Base):
         Index("ix_runs_created", "created_at", "id"),
         Index("ix_runs_parent", "parent_run_id"),
 
-        Index("ix_runs_admission", "status", "admitted_lap", "tenant", "priority",
-              "created_at"),
+        # Each tenant's line in admission's order, after the slots held
+        # (queued with admitted_lap >= 0): migration 0019_waiting_line.
+        Index("ix_runs_admission", "status", "admitted_lap", "tenant", text("priority DESC"),
+              "created_at", "id"),
         # A tenant's runs newest first; partial ones by status, which no lap's
         # two updates of a run in flight touch (migration 0015_scale_indexes).
         Index("ix_runs_tenant_created", "tenant", "created_at", "id"),
