@@ -25,6 +25,7 @@ from agent_worker.errors import InvalidInputError
 from agent_worker.vocabulary import RunStatus
 from store.base import RunRecord
 from store.rows import runs, to_run
+from store.runstatus import status_is
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,10 @@ def _query(conn: Connection, f: RunFilter, after: tuple[datetime, str] | None,
             for key, value in f.labels.items():
                 # Keys are identifiers (letters, digits, . _ -): safe inside a quoted path.
                 q = q.where(func.json_extract(runs.c.labels, f'$."{key}"') == value)
+    if f.status is not None:
+        q = q.where(status_is(f.status))
     equal: tuple[tuple[Any, str | None], ...] = (
-        (runs.c.status, f.status), (runs.c.agent_name, f.agent),
+        (runs.c.agent_name, f.agent),
         (runs.c.agent_version, f.agent_version), (runs.c.tenant, f.tenant))
     for column, wanted in equal:
         if wanted is not None:

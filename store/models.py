@@ -129,6 +129,8 @@ class Run(Base):
               postgresql_where=_ENDED, sqlite_where=_ENDED),
         Index("ix_runs_tenant_paused", "tenant", "status", "created_at", "id",
               postgresql_where=_PAUSED, sqlite_where=_PAUSED),
+        # Room on each page for the lap's two HOT updates (migration 0018_lap_hot).
+        {"postgresql_with": {"fillfactor": 80}},
     )
 
 

@@ -16,6 +16,7 @@ from agent_worker.vocabulary import RUNNABLE
 from store.dbtime import read_now
 from store.retry import with_retry
 from store.rows import approvals, checkpoints, events, runs
+from store.runstatus import shown_column, waiting_turn
 from store.sql import SqlStore
 from store.sweeping import live_versions
 
@@ -79,15 +80,16 @@ def snapshot(store: SqlStore, *, stale_before: datetime) -> Snapshot:
 
     def read(conn: Connection) -> Snapshot:
         stale = and_(runs.c.status.in_(RUNNABLE), runs.c.last_checkpoint_at < stale_before)
+        status = shown_column().label("status")
         rows = conn.execute(
             select(
-                runs.c.agent_name, runs.c.status, func.count().label("n"),
+                runs.c.agent_name, status, func.count().label("n"),
                 func.coalesce(func.sum(runs.c.cost_micros), 0).label("cost"),
                 func.coalesce(func.sum(runs.c.input_tokens), 0).label("tin"),
                 func.coalesce(func.sum(runs.c.output_tokens), 0).label("tout"),
                 func.coalesce(func.sum(runs.c.recoveries), 0).label("rec"),
                 func.count().filter(stale).label("stale"),
-            ).group_by(runs.c.agent_name, runs.c.status)
+            ).group_by(runs.c.agent_name, status)
         ).all()
         by_status: dict[str, int] = {}
         by_agent: dict[str, AgentTotals] = {}
@@ -118,7 +120,7 @@ def _unserved(conn: Connection) -> dict[tuple[str, str], int]:
     live = live_versions(conn, read_now(conn, datetime.now(UTC)))
     rows = conn.execute(
         select(runs.c.agent_name, runs.c.agent_version, func.count().label("n"))
-        .where(runs.c.status == "queued").group_by(runs.c.agent_name, runs.c.agent_version))
+        .where(waiting_turn()).group_by(runs.c.agent_name, runs.c.agent_version))
     return {(r.agent_name, r.agent_version): int(r.n) for r in rows
             if (r.agent_name, r.agent_version) not in live}
 
