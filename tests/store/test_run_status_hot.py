@@ -12,13 +12,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from alembic import command
+from alembic.script import ScriptDirectory
 from sqlalchemy import select, text
 
 from agent_worker.messages import Message
 from store import lapcommit, statements
 from store.base import Claim, LapCommit, NewRun, RunUpdate
 from store.listing import RunFilter, search_runs
-from store.migrate import upgrade
+from store.migrate import alembic_config, upgrade
 from store.rows import runs
 from store.runpages import status_counts
 from store.sql import SqlStore
@@ -127,6 +129,10 @@ def test_both_updates_of_a_lap_are_hot_on_postgres(database_url: str) -> None:
         store.release(rid, 2, owner="w2", now=NOW, event={},
                       outcome=RunUpdate(status="queued", enqueue=True))
         with store.engine.begin() as c:
+            options = c.execute(text(
+                "SELECT reloptions FROM pg_class WHERE relname = 'runs'")).scalar_one()
+            assert "fillfactor=80" in options  # migration 0018_lap_hot
+
             def hot() -> tuple[int, int]:
                 row = c.execute(text(
                     "SELECT pg_stat_get_xact_tuples_updated('runs'::regclass), "
@@ -145,5 +151,25 @@ def test_both_updates_of_a_lap_are_hot_on_postgres(database_url: str) -> None:
             assert lapcommit.write(c, values)
             assert hot() == (upd0 + 2, hot0 + 2), "the commit's update was not HOT"
             c.rollback()
+    finally:
+        store.dispose()
+
+
+def test_the_downgrade_turns_runs_between_laps_back_into_queued(tmp_path: Path) -> None:
+    """Older code reads a stored ``running`` as a lap in flight (and would never
+    re-send it): the downgrade of 0018_lap_hot leaves it none between laps."""
+    url = f"sqlite:///{tmp_path / 'down.db'}"
+    upgrade(url)
+    store = SqlStore(url)
+    try:
+        between, in_flight = _start(store, "t"), _start(store, "t")
+        assert store.commit_lap(_commit_of(_claim(store, between, 1, "w1")))
+        _claim(store, in_flight, 1, "w2")
+        parent = ScriptDirectory.from_config(alembic_config(url)).get_revision(
+            "0018_lap_hot").down_revision
+        assert isinstance(parent, str)
+        command.downgrade(alembic_config(url), parent)
+        assert _stored(store, between) == ("queued", None)
+        assert _stored(store, in_flight) == ("running", "w2")
     finally:
         store.dispose()
