@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
-from bench.walcount import wal_bytes
+from bench.walcount import held, wal_bytes
 
 _CHILD = """
 import json, sys, time, uuid
@@ -132,22 +132,24 @@ def main(argv: list[str] | None = None) -> int:
             loads.append(os.getloadavg()[0])
             turn = trees[r % len(trees):] + trees[:r % len(trees)]
             for tree in turn:
-                got = _sample(tree, _CHILD, str(n))
+                with held():
+                    got = _sample(tree, _CHILD, str(n))
+                    found = wal_bytes(*got["wal"])
                 samples[str(tree)].append(got["ms_per_lap"])
                 cpu[str(tree)].append(got["cpu_ms_per_lap"])
                 sent[str(tree)].append(got["statements_per_lap"])
                 upd, hot_upd = got["runs_updates"]
                 hot[str(tree)].append(hot_upd / max(upd, 1))
-                found = wal_bytes(*got["wal"])
                 if found is not None:
                     wal[str(tree)].append(found.total / n)
                     for rel, size in found.by_relation.items():
                         rel = got["names"].get(rel, rel)
-                        where[str(tree)][rel] = where[str(tree)].get(rel, 0) + size / n / a.repeats
+                        where[str(tree)][rel] = where[str(tree)].get(rel, 0) + size / n
             if not a.no_floor:
-                got = _sample(ROOT, _FLOOR)
+                with held():
+                    got = _sample(ROOT, _FLOOR)
+                    found = wal_bytes(*got["wal"])
                 floor.append(got["ms_per_lap"])
-                found = wal_bytes(*got["wal"])
                 if found is not None:
                     floor_wal.append(found.total / got["laps"])
         print(f"N = {n}, load (1 min) {min(loads):.1f}-{max(loads):.1f}:")
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"run-row updates HOT {statistics.median(hot[name]):.0%}")
             if wal[name]:
                 per = statistics.median(wal[name])
-                top = sorted(where[name].items(), key=lambda kv: -kv[1])[:8]
+                top = sorted(((rel, size / len(wal[name])) for rel, size in where[name].items()),
+                             key=lambda kv: -kv[1])[:8]
                 print(f"    WAL {per:.0f} B/lap"
                       + (f" (x{per / statistics.median(floor_wal):.2f} of the floor)"
                          if floor_wal else "")

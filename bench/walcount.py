@@ -10,13 +10,21 @@ plus the commit records of the transactions that wrote them.
 OS user (``runuser``; the local cluster of ``deploy/local/services.sh``) and the
 data directory is asked of a superuser over the Unix socket in ``/tmp``.
 Without that access ``wal_bytes`` returns ``None`` and the benches print "n/a".
+
+On a busy cluster the segments are recycled within a minute (measured: 350 MB
+of WAL in one minute of six test suites), so a sample runs inside
+``held()``: a physical replication slot that keeps the WAL from its start
+until the sample's WAL has been read.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from bench.common import PG_ADMIN
@@ -38,10 +46,10 @@ def _port() -> str:
     return found.group(1) if found else "5432"
 
 
-def _as_postgres(*cmd: str) -> str:
+def _as_postgres(*cmd: str, check: bool = True) -> str:
     prefix = ["runuser", "-u", "postgres", "--"] if shutil.which("runuser") else []
     out = subprocess.run([*prefix, *cmd], capture_output=True, text=True, timeout=300,
-                         check=True)
+                         check=check)
     return out.stdout
 
 
@@ -52,15 +60,37 @@ def _waldump() -> str:
     return path if shutil.which(path) else "pg_waldump"
 
 
+@contextmanager
+def held() -> Iterator[None]:
+    """Keep the cluster's WAL from now until the block ends (a replication
+    slot of this process; nothing happens where the superuser is out of reach)."""
+    slot = f"aw_walcount_{os.getpid()}"
+    sql = ["psql", "-h", "/tmp", "-p", _port(), "-Atc"]
+    try:
+        _as_postgres(*sql, f"SELECT pg_create_physical_replication_slot('{slot}', true)")
+    except (OSError, subprocess.SubprocessError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        _as_postgres(*sql, f"SELECT pg_drop_replication_slot('{slot}')", check=False)
+
+
 def wal_bytes(db_oid: int, start_lsn: str, end_lsn: str) -> Wal | None:
     """The WAL ``db_oid`` wrote in ``[start_lsn, end_lsn)``, or ``None`` when
     the WAL cannot be read here."""
     try:
         data_dir = _as_postgres("psql", "-h", "/tmp", "-p", _port(), "-Atc",
                                 "SHOW data_directory").strip()
+        # Not checked: the last record before ``end_lsn`` may not be on disk yet
+        # (an asynchronous commit), and pg_waldump then exits non-zero after
+        # printing every record before it.
         dump = _as_postgres(_waldump(), "-p", f"{data_dir}/pg_wal", "-s", start_lsn,
-                            "-e", end_lsn)
+                            "-e", end_lsn, check=False)
     except (OSError, subprocess.SubprocessError):
+        return None
+    if not dump:
         return None
     wal, xids = Wal(), set()
     marker = re.compile(rf"rel \d+/{db_oid}/(\d+)")
@@ -85,4 +115,4 @@ def wal_bytes(db_oid: int, start_lsn: str, end_lsn: str) -> Wal | None:
     return wal
 
 
-__all__ = ["Wal", "wal_bytes"]
+__all__ = ["Wal", "held", "wal_bytes"]
