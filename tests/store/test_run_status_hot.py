@@ -7,11 +7,9 @@ worker's lap (recovered) from a lost hand-off (re-sent), on both dialects."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import select, text
@@ -25,19 +23,10 @@ from store.rows import runs
 from store.runpages import status_counts
 from store.sql import SqlStore
 
+# The conformance suite's ``store`` fixture: the store on both dialects.
+from tests.store.test_conformance import store as _store_fixture  # noqa: F401
+
 NOW = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'hot.db'}"
-        upgrade(url)
-    else:
-        url = request.getfixturevalue("database_url")
-    s = SqlStore(url)
-    yield s
-    s.dispose()
 
 
 def _start(store: SqlStore, tenant: str) -> str:
