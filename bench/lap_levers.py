@@ -9,6 +9,11 @@ turns sample by sample, so a burst of load on a shared machine hits them
 alike; the bare-INSERT floor (``bench.floor``, fsync'd INSERT of a lap's
 content) is sampled in the same turns. The child only uses functions that
 exist in trees from before this module, so an older checkout can be measured.
+
+Also per tree: the share of the run row's updates that were HOT
+(``pg_stat_user_tables``, the sample's own database) and the WAL bytes per lap
+that database wrote, by relation (``bench.walcount``: ``pg_waldump`` as the
+``postgres`` user; "n/a" elsewhere), against the floor's WAL per INSERT.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.common import ROOT
+from bench.walcount import held, wal_bytes
 
 _CHILD = """
 import json, sys, time, uuid
@@ -36,10 +43,28 @@ try:
     w, d = inprocess_worker(url)
     run_inprocess(w, d, "warm-n20-0001", 20)
     event.listen(Engine, "before_cursor_execute", lambda *a: sent.__setitem__(0, sent[0] + 1))
+    import psycopg
+    from bench.common import libpq_url
+    with psycopg.connect(libpq_url(url), autocommit=True) as c:
+        lsn0 = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
     cpu = time.process_time()
     ms = run_inprocess(w, d, f"lv-n{n}-0001", n) / n * 1e3
-    print(json.dumps({"ms_per_lap": ms, "cpu_ms_per_lap": (time.process_time() - cpu) / n * 1e3,
-                      "statements_per_lap": sent[0] / n}))
+    cpu = (time.process_time() - cpu) / n * 1e3
+    getattr(w.rt.store, "dispose", w.rt.store.engine.dispose)()  # backends report counters at exit
+    with psycopg.connect(libpq_url(url), autocommit=True) as c:
+        lsn1 = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        oid = c.execute("SELECT oid FROM pg_database WHERE datname = current_database()"
+                        ).fetchone()[0]
+        names = dict(c.execute("SELECT relfilenode::text, relname FROM pg_class").fetchall())
+        for _ in range(50):
+            upd, hot = c.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+                                 "WHERE relname = 'runs'").fetchone()
+            if upd >= 2 * n:
+                break
+            time.sleep(0.1)
+    print(json.dumps({"ms_per_lap": ms, "cpu_ms_per_lap": cpu,
+                      "statements_per_lap": sent[0] / n, "wal": [oid, lsn0, lsn1],
+                      "names": names, "runs_updates": [upd, hot]}))
 finally:
     drop_database(name)
 """
@@ -53,18 +78,34 @@ url = create_database(name)
 try:
     with RedisDb() as rdb:
         out = bench_floor(url, rdb.url, 300)
-    print(json.dumps({"ms_per_lap": out["insert_commit_ms"]["median"]}))
+    import psycopg
+    from bench.common import libpq_url
+    from bench.floor import lap_row
+    with psycopg.connect(libpq_url(url)) as c:
+        c.execute("CREATE TABLE floor_wal (id bigserial PRIMARY KEY, run_id text NOT NULL, "
+                  "lap int NOT NULL, body jsonb NOT NULL)")
+        c.commit()
+        lsn0 = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        for lap in range(1, 301):
+            c.execute("INSERT INTO floor_wal (run_id, lap, body) VALUES ('f', %s, %s)",
+                      (lap, lap_row(lap)))
+            c.commit()
+        lsn1 = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        oid = c.execute("SELECT oid FROM pg_database WHERE datname = current_database()"
+                        ).fetchone()[0]
+    print(json.dumps({"ms_per_lap": out["insert_commit_ms"]["median"],
+                      "wal": [oid, lsn0, lsn1], "laps": 300}))
 finally:
     drop_database(name)
 """
 
 
-def _sample(tree: Path, code: str, *args: str) -> dict[str, float]:
+def _sample(tree: Path, code: str, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     env = {k: v for k, v in env.items() if not k.startswith("AGENT_WORKER_")}
     out = subprocess.run([sys.executable, "-c", code, *args], cwd=tree, env=env,
                          capture_output=True, text=True, timeout=900, check=True)
-    found: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    found: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return found
 
 
@@ -81,18 +122,36 @@ def main(argv: list[str] | None = None) -> int:
         samples: dict[str, list[float]] = {str(t): [] for t in trees}
         cpu: dict[str, list[float]] = {str(t): [] for t in trees}
         sent: dict[str, list[float]] = {str(t): [] for t in trees}
+        wal: dict[str, list[float]] = {str(t): [] for t in trees}
+        hot: dict[str, list[float]] = {str(t): [] for t in trees}
+        where: dict[str, dict[str, float]] = {str(t): {} for t in trees}
         floor: list[float] = []
+        floor_wal: list[float] = []
         loads = []
         for r in range(a.repeats):
             loads.append(os.getloadavg()[0])
             turn = trees[r % len(trees):] + trees[:r % len(trees)]
             for tree in turn:
-                got = _sample(tree, _CHILD, str(n))
+                with held():
+                    got = _sample(tree, _CHILD, str(n))
+                    found = wal_bytes(*got["wal"])
                 samples[str(tree)].append(got["ms_per_lap"])
                 cpu[str(tree)].append(got["cpu_ms_per_lap"])
                 sent[str(tree)].append(got["statements_per_lap"])
+                upd, hot_upd = got["runs_updates"]
+                hot[str(tree)].append(hot_upd / max(upd, 1))
+                if found is not None:
+                    wal[str(tree)].append(found.total / n)
+                    for rel, size in found.by_relation.items():
+                        rel = got["names"].get(rel, rel)
+                        where[str(tree)][rel] = where[str(tree)].get(rel, 0) + size / n
             if not a.no_floor:
-                floor.append(_sample(ROOT, _FLOOR)["ms_per_lap"])
+                with held():
+                    got = _sample(ROOT, _FLOOR)
+                    found = wal_bytes(*got["wal"])
+                floor.append(got["ms_per_lap"])
+                if found is not None:
+                    floor_wal.append(found.total / got["laps"])
         print(f"N = {n}, load (1 min) {min(loads):.1f}-{max(loads):.1f}:")
         base = statistics.median(samples[str(trees[0])])
         for name, ms in samples.items():
@@ -101,10 +160,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"  x{med / base:.2f} of the first tree"
                   + (f"  x{med / statistics.median(floor):.1f} of the floor" if floor else ""))
             print(f"    this process's CPU {statistics.median(cpu[name]):.2f} ms/lap, "
-                  f"{statistics.median(sent[name]):.2f} statements/lap")
+                  f"{statistics.median(sent[name]):.2f} statements/lap, "
+                  f"run-row updates HOT {statistics.median(hot[name]):.0%}")
+            if wal[name]:
+                per = statistics.median(wal[name])
+                top = sorted(((rel, size / len(wal[name])) for rel, size in where[name].items()),
+                             key=lambda kv: -kv[1])[:8]
+                print(f"    WAL {per:.0f} B/lap"
+                      + (f" (x{per / statistics.median(floor_wal):.2f} of the floor)"
+                         if floor_wal else "")
+                      + ": " + ", ".join(f"{rel} {size:.0f}" for rel, size in top))
         if floor:
             print(f"  bare INSERT floor: {statistics.median(floor):.2f} ms "
-                  f"[{min(floor):.2f}-{max(floor):.2f}]")
+                  f"[{min(floor):.2f}-{max(floor):.2f}]"
+                  + (f", WAL {statistics.median(floor_wal):.0f} B/lap" if floor_wal else ""))
     return 0
 
 

@@ -52,6 +52,7 @@ from store.base import DueLap
 from store.dbtime import db_time
 from store.models import ProviderPauseRow
 from store.rows import runs
+from store.runstatus import in_flight, waiting_turn
 
 provider_pauses: Table = ProviderPauseRow.__table__  # type: ignore[assignment]
 
@@ -150,8 +151,8 @@ class _Held:
 
 def holds_slot() -> ColumnElement[bool]:
     """The SQL condition "this run holds a slot"."""
-    return or_(runs.c.status == "running",
-               and_(runs.c.status == "queued", runs.c.admitted_lap >= 0,
+    return or_(in_flight(),
+               and_(waiting_turn(), runs.c.admitted_lap >= 0,
                     runs.c.admitted_lap == runs.c.next_lap))
 
 
@@ -167,8 +168,8 @@ def _held(conn: Connection, policy: Policy, known: Mapping[str, str | None]) -> 
     held = _Held()
     count = select(_tenant().label("tenant_key"), runs.c.agent_name, func.count())
     rows = conn.execute(union_all(
-        count.where(runs.c.status == "running").group_by(_tenant(), runs.c.agent_name),
-        count.where(runs.c.status == "queued", runs.c.admitted_lap >= 0,
+        count.where(in_flight()).group_by(_tenant(), runs.c.agent_name),
+        count.where(waiting_turn(), runs.c.admitted_lap >= 0,
                     runs.c.admitted_lap == runs.c.next_lap)
         .group_by(_tenant(), runs.c.agent_name)))
     for tenant, agent, n in rows:
@@ -186,15 +187,18 @@ def _queue(conn: Connection, requested: Sequence[str], now: datetime) -> list[Du
     their current lap (a re-send of a message Redis or a worker lost)."""
     if not requested:
         return []
-    ready = and_(runs.c.id.in_(requested), runs.c.status == "queued",
-                 runs.c.lease_owner.is_(None),
+    ready = and_(runs.c.id.in_(requested), waiting_turn(),
                  or_(runs.c.wake_at.is_(None), runs.c.wake_at <= db_time(now)))
     already = conn.execute(
         select(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version)
         .where(ready, runs.c.admitted_lap == runs.c.next_lap)).all()
+    # A run in line is stored ``queued`` (not the ``running`` a continuing lap
+    # commit keeps, see store.runstatus): the line's index and ``heads`` find
+    # waiting runs by ``status = 'queued'``. Only capped fleets pay this
+    # non-HOT update; the claim writes ``running`` again.
     conn.execute(update(runs).where(
         ready, or_(runs.c.admitted_lap.is_(None), runs.c.admitted_lap != runs.c.next_lap))
-        .values(admitted_lap=THROTTLED))
+        .values(admitted_lap=THROTTLED, status="queued"))
     return [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in already]
 
 
@@ -304,7 +308,7 @@ def ranked_heads(agents: Sequence[str], now: datetime, *, only: Sequence[str] | 
     inner = (select(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version,
                     _tenant().label("tenant_key"), runs.c.priority, runs.c.created_at,
                     runs.c.laps_used, runs.c.input_tokens, runs.c.output_tokens, rank)
-             .where(runs.c.status == "queued", runs.c.admitted_lap == THROTTLED,
+             .where(waiting_turn(), runs.c.admitted_lap == THROTTLED,
                     runs.c.agent_name.in_(agents),
                     or_(runs.c.wake_at.is_(None), runs.c.wake_at <= db_time(now)),
                     _tenant().in_(only) if only is not None else _tenant().not_in(skip))
@@ -319,7 +323,7 @@ def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
     line, then admit waiting runs while they fit. Returns every lap to send
     now, requested or not."""
     if not requested and conn.execute(select(runs.c.id).where(
-            runs.c.status == "queued", runs.c.admitted_lap == THROTTLED).limit(1)).first() is None:
+            waiting_turn(), runs.c.admitted_lap == THROTTLED).limit(1)).first() is None:
         return []  # a hand-on or a sweep with nobody waiting: one indexed read, no lock
     _lock(conn)
     send = _queue(conn, requested, now)

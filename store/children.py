@@ -39,6 +39,7 @@ from store.rows import (
     runs,
     to_run,
 )
+from store.runstatus import shown
 
 
 def link_of(conn: Connection, run_id: str) -> ChildLink | None:
@@ -69,8 +70,8 @@ def create_children(conn: Connection, parent_run_id: str, group_key: str,
         .where(runs.c.id.in_(ids)))}
     fresh = [(i, n) for i, n in enumerate(new) if n.id not in existing]
     unsent = [DueLap(n.id, existing[n.id].next_lap, n.agent_name, n.agent_version)
-              for n in new if n.id in existing and existing[n.id].status == "queued"
-              and existing[n.id].lease_owner is None]
+              for n in new if n.id in existing
+              and shown(existing[n.id].status, existing[n.id].lease_owner) == "queued"]
     if not fresh:
         return unsent
     conn.execute(insert(runs), [dict(

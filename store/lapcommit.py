@@ -46,6 +46,7 @@ from store.base import LapCommit
 from store.dbtime import db_now
 from store.models import UTCDateTime
 from store.rows import checkpoints, events, message_body, messages, runs
+from store.runstatus import stored
 
 _lap = bindparam("lap", type_=Integer())
 _now = bindparam("now", type_=UTCDateTime())
@@ -82,7 +83,8 @@ def _row(commit: LapCommit) -> dict[str, Any]:
     u = commit.update
     laps, tin, tout, cost = commit.usage
     return {
-        "status": u.status, "wake_at": u.wake_at, "waiting_for": wait_text(u.waiting_for),
+        # a run handed to its next lap keeps the stored status (store.runstatus)
+        "status": stored(u.status), "wake_at": u.wake_at, "waiting_for": wait_text(u.waiting_for),
         "result": u.result, "error_code": u.error_code, "error_message": u.error_message,
         "error_detail": u.error_detail, "laps_used": laps, "input_tokens": tin,
         "output_tokens": tout, "cost_micros": cost,

@@ -14,7 +14,17 @@ from sqlalchemy import Connection, delete, insert, select, update
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import audit, children, lapcommit, pauses, rollup, statements, sweeping, wakeups
+from store import (
+    audit,
+    children,
+    lapcommit,
+    pauses,
+    rollup,
+    runstatus,
+    statements,
+    sweeping,
+    wakeups,
+)
 from store import state as _state
 from store.base import (
     ApprovalRecord,
@@ -214,7 +224,7 @@ class SqlLapStore(SqlBase):
 
         def tx(conn: Connection) -> bool:
             values: dict[str, Any] = dict(
-                status=update_.status, lease_owner=None, lease_expires_at=None,
+                status=runstatus.stored(update_.status), lease_owner=None, lease_expires_at=None,
                 wake_at=update_.wake_at, waiting_for=wait_text(update_.waiting_for),
                 error_code=update_.error_code, error_message=update_.error_message,
                 error_detail=update_.error_detail, updated_at=now,

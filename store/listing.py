@@ -34,6 +34,7 @@ from agent_worker.vocabulary import RunStatus
 from store.base import RunRecord
 from store.labelrows import run_labels
 from store.rows import runs, to_run
+from store.runstatus import status_is
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,10 @@ def _query(conn: Connection, f: RunFilter, after: tuple[datetime, str] | None,
             q = q.where(exists().where(run_labels.c.run_id == runs.c.id,
                                        *_label_rows(f, key, value)))
     q = q.order_by(order[0].desc(), order[1].desc()).limit(limit)
+    if f.status is not None:
+        q = q.where(status_is(f.status))
     equal: tuple[tuple[Any, str | None], ...] = (
-        (runs.c.status, f.status), (runs.c.agent_name, f.agent),
+        (runs.c.agent_name, f.agent),
         (runs.c.agent_version, f.agent_version), (runs.c.tenant, f.tenant))
     for column, wanted in equal:
         if wanted is not None:

@@ -129,6 +129,8 @@ class Run(Base):
               postgresql_where=_ENDED, sqlite_where=_ENDED),
         Index("ix_runs_tenant_paused", "tenant", "status", "created_at", "id",
               postgresql_where=_PAUSED, sqlite_where=_PAUSED),
+        # Room on each page for the lap's two HOT updates (migration 0018_lap_hot).
+        {"postgresql_with": {"fillfactor": 80}},
     )
 
 
@@ -398,5 +400,5 @@ class RateChargeRow(Base):
 
 
 # Registers the label rows' and the scrape's tables (this module is at its size limit).
-import store.labelrows  # noqa: E402,F401
+import store.labelrows  # noqa: E402
 import store.rollupmodels  # noqa: E402,F401

@@ -51,6 +51,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_worker.vocabulary import RUN_STATUSES, RUNNABLE, RunStatus
 from store.rollupmodels import RunTotalDeltaRow, RunTotalsRow
 from store.rows import runs
+from store.runstatus import shown_column
 
 run_totals = cast(Table, RunTotalsRow.__table__)
 run_total_deltas = cast(Table, RunTotalDeltaRow.__table__)
@@ -74,11 +75,12 @@ def totals_query(*, stale_before: datetime) -> Select[Any]:
     A run is stale when it should be moving (queued or running) but its last
     checkpoint is older than ``stale_before`` (``list_runs(stale=True)``).
     """
-    live = (select(runs.c.agent_name, runs.c.status, func.count().label("runs"),
+    shown = shown_column().label("status")  # a stored ``running`` between laps is ``queued``
+    live = (select(runs.c.agent_name, shown, func.count().label("runs"),
                    *[func.coalesce(func.sum(runs.c[c]), 0).label(c) for c in SUMS],
                    func.count().filter(runs.c.last_checkpoint_at < stale_before).label("stale"))
             .where(runs.c.status.in_(RUNNABLE))
-            .group_by(runs.c.agent_name, runs.c.status))
+            .group_by(runs.c.agent_name, shown))
     folded = select(run_totals.c.agent_name, run_totals.c.status, run_totals.c.runs,
                     *[run_totals.c[c] for c in SUMS], literal(0).label("stale"))
     deltas = (select(run_total_deltas.c.agent_name, run_total_deltas.c.status,

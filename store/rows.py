@@ -28,6 +28,7 @@ from store.models import (
     ServedVersionRow,
     SignalRow,
 )
+from store.runstatus import shown
 
 runs = cast(Table, Run.__table__)
 checkpoints = cast(Table, CheckpointRow.__table__)
@@ -44,7 +45,10 @@ _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
 
 
 def to_run(row: Row[Any]) -> RunRecord:
-    return RunRecord(**{k: v for k, v in row._mapping.items() if k in _RUN_FIELDS})
+    """The run as readers see it: its status shown from the lease (``store.runstatus``)."""
+    fields = {k: v for k, v in row._mapping.items() if k in _RUN_FIELDS}
+    fields["status"] = shown(fields["status"], fields.get("lease_owner"))
+    return RunRecord(**fields)
 
 
 def to_message(row: Row[Any, Any, Any]) -> StoredMessage:

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Select, Table, func, select
 from store.base import EffectRecord, EventRecord, StoredMessage
 from store.retry import with_retry
 from store.rows import effects, events, messages, runs, to_effect, to_event, to_message
+from store.runstatus import shown_column
 from store.sql import SqlStore
 
 T = TypeVar("T")
@@ -103,7 +104,8 @@ def run_window(store: SqlStore, run_id: str, *, first: int, last: int, messages_
 
 def status_counts(store: SqlStore, tenant: str | None) -> dict[str, int]:
     """Runs per status, of ``tenant`` (``None``: every tenant)."""
-    q = select(runs.c.status, func.count()).group_by(runs.c.status)
+    status = shown_column()
+    q = select(status, func.count()).group_by(status)
     if tenant is not None:
         q = q.where(runs.c.tenant == tenant)
     return {str(s): int(n) for s, n in _read(store, lambda c: c.execute(q).all())}

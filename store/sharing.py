@@ -21,6 +21,7 @@ from store.base import DueLap
 from store.dbtime import db_time, read_now
 from store.models import ShareLimitRow, UTCDateTime
 from store.rows import runs
+from store.runstatus import waiting_turn
 from store.sqlbase import SqlBase
 
 share_limits: Table = ShareLimitRow.__table__  # type: ignore[assignment]
@@ -142,7 +143,7 @@ class SqlShareStore(SqlBase):
         def read(conn: Connection) -> list[QueueLine]:
             at = read_now(conn, now)
             throttled = runs.c.admitted_lap == admitting.THROTTLED
-            queued = runs.c.status == "queued"
+            queued = waiting_turn()
             tenant = func.coalesce(runs.c.tenant, literal_column("''"))
             rows = conn.execute(
                 select(tenant.label("tenant"), runs.c.agent_name,

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import RunIdUnavailableError
 from agent_worker.vocabulary import RUNNABLE, RunStatus
-from store import audit, listing, pauses, state
+from store import audit, listing, pauses, runstatus, state
 from store.base import (
     ApprovalRecord,
     AuditEntry,
@@ -75,7 +75,7 @@ class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore):
         if parent is not None:
             q = q.where(runs.c.parent_run_id == parent)
         if status is not None:
-            q = q.where(runs.c.status == status)
+            q = q.where(runstatus.status_is(status))
         if agent is not None:
             q = q.where(runs.c.agent_name == agent)
         if agent_version is not None:

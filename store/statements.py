@@ -44,7 +44,10 @@ _TAKE_LEASE = (
     .values(status="running", lease_owner=_owner,
             lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),
                                     bindparam("lease_seconds")),
-            lap_attempts=runs.c.lap_attempts + 1, wake_at=None, updated_at=_now)
+            # Not ``updated_at`` (the lap's commit sets it): on the row it sits 25
+            # columns after the lease, and a HOT update's WAL record carries every
+            # byte from the first column changed to the last (store.runstatus).
+            lap_attempts=runs.c.lap_attempts + 1, wake_at=None)
 )
 
 #: The run's last message number (``store.lapcache``: whether anything was

@@ -18,6 +18,7 @@ from store import rollup
 from store.dbtime import read_now
 from store.retry import with_retry
 from store.rows import approvals, checkpoints, events, runs
+from store.runstatus import waiting_turn
 from store.sql import SqlStore
 from store.sweeping import live_versions
 
@@ -144,7 +145,7 @@ def _unserved(conn: Connection) -> dict[tuple[str, str], int]:
     live = live_versions(conn, read_now(conn, datetime.now(UTC)))
     rows = conn.execute(
         select(runs.c.agent_name, runs.c.agent_version, func.count().label("n"))
-        .where(runs.c.status == "queued").group_by(runs.c.agent_name, runs.c.agent_version))
+        .where(waiting_turn()).group_by(runs.c.agent_name, runs.c.agent_version))
     return {(r.agent_name, r.agent_version): int(r.n) for r in rows
             if (r.agent_name, r.agent_version) not in live}
 

@@ -32,6 +32,7 @@ from store.rows import (
     served_versions,
     signals,
 )
+from store.runstatus import in_flight, waiting_turn
 from store.statements import NOT_THROTTLED
 
 
@@ -96,8 +97,7 @@ def sweep(conn: Connection, *, now: datetime, handoff_seconds: float,
           resend_max_seconds: float, limit: int) -> list[DueLap]:
     # Every comparison below is on the database's clock (store.dbtime), read once.
     now = read_now(conn, now)
-    expired = _pick(conn, runs.c.status == "running", runs.c.lease_expires_at < now,
-                    limit=limit)
+    expired = _pick(conn, in_flight(), runs.c.lease_expires_at < now, limit=limit)
     due = _flip(conn, expired, now, "recovered", recoveries=runs.c.recoveries + 1)
     timers = _pick(
         conn,
@@ -159,7 +159,7 @@ def _resend_unclaimed(conn: Connection, now: datetime, live: set[tuple[str, str]
     rows = conn.execute(
         select(runs.c.id, runs.c.enqueued_at, runs.c.next_lap, runs.c.agent_name,
                runs.c.agent_version)
-        .where(runs.c.status == "queued", runs.c.lease_owner.is_(None), expired, served,
+        .where(waiting_turn(), expired, served,
                or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
                # a run waiting for a slot has no message to lose (store.admitting)
                NOT_THROTTLED)

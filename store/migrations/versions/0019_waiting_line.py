@@ -41,7 +41,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0019_waiting_line'
-down_revision = '0017_metrics_rollup'
+down_revision = '0018_lap_hot'
 branch_labels = None
 depends_on = None
 
