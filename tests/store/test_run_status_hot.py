@@ -22,12 +22,8 @@ from store.migrate import alembic_config, upgrade
 from store.rows import runs
 from store.runpages import status_counts
 from store.sql import SqlStore
-from tests.store import test_conformance
 
 NOW = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
-
-#: The conformance suite's fixture: the store on both dialects.
-store = test_conformance.store
 
 
 def _start(store: SqlStore, tenant: str) -> str:

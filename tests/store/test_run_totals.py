@@ -22,6 +22,7 @@ from store import rollup, stats
 from store.base import LapCommit, NewRun, RunUpdate
 from store.migrate import upgrade
 from store.rows import runs
+from store.runstatus import shown_column
 from store.sql import SqlStore
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -33,10 +34,11 @@ def _reference(conn: Connection) -> Totals:
     """What ``stats.snapshot`` computed before the rollup: the whole run table
     grouped by agent and status."""
     stale = runs.c.status.in_(RUNNABLE) & (runs.c.last_checkpoint_at < STALE_BEFORE)
+    status = shown_column()  # as readers see it (store.runstatus)
     rows = conn.execute(select(
-        runs.c.agent_name, runs.c.status, func.count(),
+        runs.c.agent_name, status, func.count(),
         *[func.coalesce(func.sum(runs.c[c]), 0) for c in rollup.SUMS],
-        func.count().filter(stale)).group_by(runs.c.agent_name, runs.c.status)).all()
+        func.count().filter(stale)).group_by(runs.c.agent_name, status)).all()
     return {(r[0], r[1]): tuple(int(v) for v in r[2:]) for r in rows}
 
 
