@@ -93,6 +93,14 @@ class Settings(BaseSettings):
         "means Celery's default, the CPU count. With `threads`, about the runs in flight per "
         "process you want (e.g. 256).",
     )
+    worker_db_pool_size: int = Field(
+        20,
+        ge=1,
+        description="Postgres connections a worker process keeps for its laps (opened on "
+        "demand, then kept): at least the laps that touch the database at once, so a "
+        "`threads` worker does not connect and disconnect around every lap. Up to 10 more "
+        "are opened past it, each closed after use.",
+    )
     task_events: bool = Field(
         True,
         description="Send Celery task events (Flower's task views need them); each lap costs "

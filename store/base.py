@@ -282,6 +282,13 @@ class LapStore(Protocol):
         self, run_id: str, lap: int, *, owner: str, now: datetime, lease_seconds: float
     ) -> Literal["ok", "lost", "cancelled"]: ...
 
+    def renew_leases(
+        self, leases: Sequence[tuple[str, int, str]], *, now: datetime, lease_seconds: float
+    ) -> dict[str, Literal["ok", "lost", "cancelled"]]:
+        """``renew_lease`` for many ``(run_id, lap, owner)`` at once (one
+        statement; the heartbeat of a threads worker): each lap's state by owner."""
+        ...
+
     def journal_model_output(
         self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
     ) -> Message:

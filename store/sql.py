@@ -29,6 +29,7 @@ from store.base import (
 from store.childstore import SqlChildStore
 from store.edits import StateEdit
 from store.lapsql import SqlLapStore
+from store.leasebatch import SqlLeaseBatch
 from store.rows import (
     checkpoints,
     events,
@@ -41,7 +42,7 @@ from store.schedules import SqlScheduleStore
 from store.sharing import SqlShareStore
 
 
-class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore):
+class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore, SqlLeaseBatch):
     """``Store`` over one SQLAlchemy engine; see ``SqlBase`` for how the lap's
     hot path saves round trips and fsyncs on Postgres; schedules live in
     ``SqlScheduleStore``."""

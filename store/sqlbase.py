@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.pool import QueuePool
 
 from store import audit, tenancy
 from store.db import make_engine
@@ -61,8 +62,12 @@ class SqlBase:
 
     def _relaxed_engine(self) -> Engine:
         if self._relaxed is None:
+            # Kept as many as the main engine keeps: a threads worker's journal
+            # writes would otherwise open and close a connection per lap.
+            pool = self.engine.pool
+            kept = max(2, pool.size()) if isinstance(pool, QueuePool) else 2
             self._relaxed = make_engine(
-                self.engine.url.render_as_string(hide_password=False), pool_size=2,
+                self.engine.url.render_as_string(hide_password=False), pool_size=kept,
                 system=tenancy.is_system(self.engine),
                 connect_args={"options": "-c synchronous_commit=off"})
         return self._relaxed

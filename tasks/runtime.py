@@ -9,6 +9,7 @@ from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
 from store.db import make_engine
 from store.sql import SqlStore
+from tasks.dbpool import worker_pool_options
 from tasks.dispatch import CeleryDispatcher
 
 
@@ -20,8 +21,10 @@ def system_store(settings: Settings) -> SqlStore:
     scope. Principals' calls never come here: ``agent_worker.api`` builds its
     store from ``database_url``."""
     if not settings.system_database_url:
-        return SqlStore(settings.database_url)
-    return SqlStore(make_engine(settings.system_database_url, system=True))
+        url = settings.database_url
+        return SqlStore(make_engine(url, **worker_pool_options(settings, url)))
+    url = settings.system_database_url
+    return SqlStore(make_engine(url, system=True, **worker_pool_options(settings, url)))
 
 
 class WorkerRuntime:

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent_worker import InProcessWorker
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.errors import LeaseLost
+from agent_worker.messages import Message
+from store.base import NewRun
 
 
 def test_close_stops_the_runtimes_heartbeat_thread(tmp_path: Path) -> None:
@@ -45,3 +50,45 @@ def test_a_lap_past_the_time_limit_is_not_renewed(tmp_path: Path,
             hb.check()
     w.close()
     assert "lap 3 of slow-run ran past" in caplog.text
+
+
+def test_one_pass_renews_every_due_lap_in_one_batch(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A threads worker's laps run past the interval together: the beater
+    renews them all with one ``renew_leases`` per pass, each fenced on its
+    own (the held one stays ``ok``, the ones whose run is not theirs are lost)."""
+    w = InProcessWorker(f"sqlite:///{tmp_path / 'h.db'}")
+    w.rt.settings = w.rt.settings.model_copy(update={"heartbeat_interval_seconds": 0.3})
+    now = w.rt.clock.now()
+    w.rt.store.create_run(NewRun(
+        id="held", tenant="t1", agent_name="a", agent_version="1", input={}, limits={},
+        retention="full", checkpoint={"schema_version": 2, "message_count": 1},
+        schema_version=2, messages=[Message(role="user", content="hi")], now=now))
+    assert w.rt.store.claim("held", 1, owner="me", now=now, lease_seconds=30,
+                            window_messages=10)
+    calls: list[int] = []
+    real = w.rt.store.renew_leases
+
+    def spy(leases: Sequence[tuple[str, int, str]], **kw: Any) -> dict[str, Any]:
+        calls.append(len(leases))
+        return real(leases, **kw)
+
+    monkeypatch.setattr(w.rt.store, "renew_leases", spy)
+    with ExitStack() as stack:
+        held = stack.enter_context(Heartbeat(w.rt, "held", 1, "me"))
+        others = [stack.enter_context(Heartbeat(w.rt, f"gone-{i}", 1, f"o{i}"))
+                  for i in range(40)]
+        deadline = time.monotonic() + 10
+        def decided() -> bool:
+            return held.renewed > held.started and all(hb.state == "lost" for hb in others)
+
+        while not decided() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert decided()
+        assert sum(calls) >= 41 and len(calls) <= 2  # one pass, two if we straddled one
+        assert held.state == "ok"
+        held.check()
+        for hb in others:
+            with pytest.raises(LeaseLost):
+                hb.check()
+    w.close()

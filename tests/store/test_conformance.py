@@ -341,6 +341,42 @@ def test_renew_lease_says_ok_lost_or_cancelled(store: SqlStore) -> None:
     assert store.renew_lease(rid, 1, owner="a", now=NOW, lease_seconds=30) == "cancelled"
 
 
+def test_renew_leases_fences_each_lease_in_one_statement(
+        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+    """The heartbeat's batch (``store.leasebatch``) says what ``renew_lease``
+    says lap by lap, extends only the leases still held, in one UPDATE."""
+    held, cancelled, stolen = _uid("held"), _uid("cancelled"), _uid("stolen")
+    for rid, owner, seconds in ((held, "a1", 30), (cancelled, "a2", 30), (stolen, "a3", 1)):
+        store.create_run(_new(rid))
+        assert store.claim(rid, 1, owner=owner, now=NOW, lease_seconds=seconds,
+                           window_messages=10)
+    assert store.request_cancel(cancelled, reason="stop", by="bob", now=NOW) is None
+    later = travel(2)  # stolen's lease expired: the sweeper's resend was claimed anew
+    assert store.claim(stolen, 1, owner="b3", now=later, lease_seconds=30, window_messages=10)
+    before = {rid: store.get_run(rid) for rid in (held, stolen)}
+    updates: list[str] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def _seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            updates.append(statement)
+
+    states = store.renew_leases([(held, 1, "a1"), (cancelled, 1, "a2"), (stolen, 1, "a3"),
+                                 (held, 2, "a1-next")], now=later, lease_seconds=60)
+    event.remove(store.engine, "before_cursor_execute", _seen)
+    assert states == {"a1": "ok", "a2": "cancelled", "a3": "lost", "a1-next": "lost"}
+    assert len(updates) == 1
+    after = {rid: store.get_run(rid) for rid in (held, stolen)}
+    b_held, a_held, b_stolen, a_stolen = (before[held], after[held], before[stolen],
+                                          after[stolen])
+    assert b_held and a_held and b_stolen and a_stolen
+    assert a_held.lease_expires_at and b_held.lease_expires_at
+    assert a_held.lease_expires_at > b_held.lease_expires_at  # renewed, 60 s from later
+    assert a_stolen.lease_owner == "b3"  # the lost lap extended nothing
+    assert a_stolen.lease_expires_at == b_stolen.lease_expires_at
+    assert store.renew_leases([], now=later, lease_seconds=60) == {}
+
+
 def test_journaled_model_output_is_kept_from_the_first_attempt(store: SqlStore) -> None:
     rid = _claimed(store)
     first = store.journal_model_output(rid, 1, owner="a", seq=1, now=NOW,

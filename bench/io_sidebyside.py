@@ -1,0 +1,68 @@
+"""``bench.iobound`` for two source trees taking turns, in one invocation:
+``python -m bench.io_sidebyside --baseline /path/to/other/tree``.
+
+Why: on a shared machine the load moves by a factor of several within
+minutes, so a before/after pair measured an hour apart says little. Here the
+baseline tree and this one run alternately, ABBA (baseline, ours, ours,
+baseline, ...), each as its own ``python -m bench.iobound`` with its own tree
+on ``PYTHONPATH``, so a burst of load hits both alike. A baseline tree is e.g.
+``git archive main | tar -x -C /tmp/main``. The two runs cannot overlap
+(``bench.iobound`` uses one database name), hence turns, not parallel runs.
+
+Prints one row per run and the medians, with the load before each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, log
+
+FIELDS = ("laps_per_s", "ratio", "cpu_ms_per_lap_main", "kb_per_inflight_lap")
+
+
+def one(tree: Path, extra: list[str]) -> dict[str, Any]:
+    """One ``bench.iobound`` run of ``tree``; its result JSON."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    load = os.getloadavg()[0]
+    subprocess.run([sys.executable, "-m", "bench.iobound", *extra], cwd=tree, env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    result: dict[str, Any] = json.loads((tree / "bench/results/iobound.json").read_text())
+    result["load_1min_before"] = load
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.io_sidebyside", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--baseline", type=Path, required=True, help="the other source tree")
+    p.add_argument("--rounds", type=int, default=2, help="ABBA pairs")
+    args, extra = p.parse_known_args(argv)
+    trees = {"baseline": args.baseline.resolve(), "ours": ROOT}
+    rows: dict[str, list[dict[str, Any]]] = {"baseline": [], "ours": []}
+    for r in range(args.rounds):
+        order = ["baseline", "ours"] if r % 2 == 0 else ["ours", "baseline"]
+        for name in order:
+            res = one(trees[name], extra)
+            rows[name].append(res)
+            log(f"{name}: " + ", ".join(f"{f} {res[f]:.2f}" for f in FIELDS)
+                + f" (load {res['load_1min_before']:.1f})")
+    print(f"\nbench.iobound {' '.join(extra)}, {args.rounds} ABBA rounds")
+    print("| tree | " + " | ".join(FIELDS) + " | load before |")
+    print("|---" * (len(FIELDS) + 2) + "|")
+    for name, results in rows.items():
+        cells = [f"{statistics.median(x[f] for x in results):.2f}" for f in FIELDS]
+        loads = ", ".join(f"{x['load_1min_before']:.1f}" for x in results)
+        print(f"| {name} | " + " | ".join(cells) + f" | {loads} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
