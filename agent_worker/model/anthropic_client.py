@@ -25,12 +25,17 @@ from agent_worker.errors import (
 )
 from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from agent_worker.model.failures import ProviderFailures
+from agent_worker.model.prebuild import complete
 from agent_worker.model.sdk_common import (
     ResponseHook,
     SdkModel,
     idempotency_headers,
     tool_arguments,
 )
+
+# Under the import lock, before a threads worker parses replies concurrently
+# (see agent_worker.model.prebuild).
+complete(AnthropicMessage)
 
 #: The API requires an output limit; this one suits a tool-calling lap.
 DEFAULT_MAX_OUTPUT_TOKENS = 1024

@@ -21,12 +21,17 @@ from openai.types.chat import (
 from agent_worker.errors import InvalidInputError, MalformedModelOutputError, ModelRefusalError
 from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from agent_worker.model.failures import ProviderFailures
+from agent_worker.model.prebuild import complete
 from agent_worker.model.sdk_common import (
     ResponseHook,
     SdkModel,
     idempotency_headers,
     tool_arguments,
 )
+
+# Under the import lock, before a threads worker parses replies concurrently
+# (see agent_worker.model.prebuild).
+complete(ChatCompletion)
 
 _TOOL_ERROR_PREFIX = "ERROR: "
 
