@@ -162,6 +162,8 @@ class StoreCollector(Collector):
         self.stale_after = timedelta(seconds=settings.stale_after_seconds)
         self.events = EventCounters()
         self._lock = threading.Lock()  # the HTTP server scrapes from several threads
+        #: The last scrape's ``agent_worker_store_up`` (read by ShareCollector).
+        self.store_up = True
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -173,9 +175,11 @@ class StoreCollector(Collector):
                 self.events.update(self.store, now)
             except Exception as e:
                 log.warning("metrics scrape could not read the store: %s", e)
+                self.store_up = False
                 up.add_metric([], 0)
                 yield up
                 return
+            self.store_up = True
             up.add_metric([], 1)
             yield up
             yield from self._gauges(snap, now)
@@ -244,8 +248,9 @@ def registry_for(store: SqlStore, settings: Settings) -> CollectorRegistry:
     """A registry holding only the store collector (no process metrics of the
     exporter, which would only mislead about the workers)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(store, settings))
-    registry.register(ShareCollector(store))
+    collector = StoreCollector(store, settings)
+    registry.register(collector)
+    registry.register(ShareCollector(store, lambda: collector.store_up))
     return registry
 
 

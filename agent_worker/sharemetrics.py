@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -17,12 +17,19 @@ _LABELS = ["tenant", "agent"]
 
 class ShareCollector(Collector):
     """Reads ``ShareStore.queue_lines`` on each scrape (a failing read is
-    ``agent_worker_store_up``'s to report: this one then yields nothing)."""
+    ``agent_worker_store_up``'s to report: this one then yields nothing).
 
-    def __init__(self, store: ShareStore) -> None:
+    ``store_up`` is the store collector's verdict of the same scrape (it runs
+    first): when the store is down this one does not wait out the store's
+    retry deadline again, so the scrape says "store down" within seconds."""
+
+    def __init__(self, store: ShareStore, store_up: Callable[[], bool] = lambda: True) -> None:
         self.store = store
+        self.store_up = store_up
 
     def collect(self) -> Iterator[Metric]:
+        if not self.store_up():
+            return
         try:
             lines = self.store.queue_lines(now=datetime.now(UTC))
         except Exception:

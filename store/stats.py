@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, func, select
 
+from agent_worker.errors import RetriableStoreError
 from store import rollup
 from store.dbtime import read_now
 from store.retry import with_retry
@@ -95,6 +96,10 @@ def snapshot(store: SqlStore, *, stale_before: datetime, fold: bool = True) -> S
     if fold:
         try:
             refresh(store)
+        except RetriableStoreError:
+            # The database is unreachable: the read would wait out the same
+            # deadline again, and a scrape must answer "store down" promptly.
+            raise
         except Exception as e:  # the read below does not depend on it
             log.warning("could not fold the run totals: %s", e)
 
