@@ -254,7 +254,7 @@ def test_a_429_with_retry_after_holds_back_every_agent_on_that_provider_key(
     key, other = f"p{_uid()}", f"p{_uid()}"
 
     def limited(r: ModelRequest) -> ModelResponse:
-        raise RateLimitedError("429 from the provider", retry_after=0.6)
+        raise RateLimitedError("429 from the provider", retry_after=2.0)
 
     hit = _agent(fleet, provider_key=key)
     fleet.rt.registry.register(Agent(name=f"fs-{_uid()}", model=ScriptedModel(limited),
@@ -262,11 +262,11 @@ def test_a_429_with_retry_after_holds_back_every_agent_on_that_provider_key(
     failing = fleet.rt.registry.all()[-1].name
     elsewhere = _agent(fleet, provider_key=other)
     fleet.start_run(failing, "x")
-    _step(fleet)  # the 429: the key is paused for 0.6 s
+    _step(fleet)  # the 429: the key is paused for 2 s (wide enough for a loaded CI)
     held = fleet.start_run(hit, "x").id
     free = fleet.start_run(elsewhere, "x").id
     assert fleet.get_run(held).admitted_lap == THROTTLED
     assert [lap.run_id for lap in fleet.queue.pending] == [free]
-    time.sleep(0.8)
+    time.sleep(2.2)
     fleet.sweep()
     assert held in {lap.run_id for lap in fleet.queue.pending}

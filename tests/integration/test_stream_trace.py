@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent_worker.api import AgentWorker
 from agent_worker.streaming import StreamEvent
-from tests.support import Fleet
+from tests.support import Fleet, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +54,17 @@ def test_trace_of_a_run_with_a_killed_lap(aw: AgentWorker, fleet: Fleet,
     run = aw.start_run("loop", {"laps": 3}, traceparent=f"00-{TRACE_ID}-{CALLER}-01")
     done = aw.wait(run.id, timeout=120)
     assert done.status == "succeeded", done.error_detail
-    every = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    # The last lap's span ends (and is written) just after its commit made the
+    # run ``succeeded``: wait for the file to hold this run's four lap spans.
+    def read() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in spans_file.read_text().splitlines()]
+
+    def run_laps(spans: list[dict[str, Any]]) -> int:
+        return sum(1 for s in spans if s["name"] == "lap loop"
+                   and s["attributes"].get("agent_worker.run_id") == run.id)
+
+    wait_for(lambda: run_laps(read()) >= 4, timeout=30, what="the last lap's span")
+    every = read()
     # This run's lap spans and their children (beat may resume other tests' runs).
     ours = {s["context"]["span_id"] for s in every
             if s["attributes"].get("agent_worker.run_id") == run.id}
