@@ -45,7 +45,8 @@ def make_engine(url: str, *, system: bool = False, **kwargs: Any) -> Engine:
     # Our processes are trusted with every tenant (``store.tenancy``): the
     # system scope is set once per connection, and the API narrows each
     # transaction to its principal's tenant.
-    kwargs["connect_args"] = tenancy.system_connect_args(kwargs.get("connect_args", {}))
+    kwargs["connect_args"] = _without_jit(
+        tenancy.system_connect_args(kwargs.get("connect_args", {})))
     # No pre-ping: it costs a round trip per transaction (three per lap). A
     # connection that died with a Postgres restart fails its first statement
     # as a disconnect, SQLAlchemy invalidates the pool, and store.retry reruns
@@ -53,3 +54,20 @@ def make_engine(url: str, *, system: bool = False, **kwargs: Any) -> Engine:
     engine = create_engine(url, **kwargs)
     tenancy.install(engine, system=system)
     return engine
+
+
+def _without_jit(connect_args: dict[str, Any]) -> dict[str, Any]:
+    """``connect_args`` with Postgres's JIT compiler off for the session.
+
+    Our statements are OLTP reads and writes of a few rows (the scrape and
+    the retention task read rollups and batches), and JIT spends 50-100 ms
+    compiling any plan whose estimate passes ``jit_above_cost``, before it
+    runs. Estimates pass it for reasons unrelated to the work: the tenancy
+    policies' subplans made a 90 ms approval count of the metrics scrape
+    spend 80 ms compiling at a million runs; under the admission pass's
+    planner hints (``store.admitting`` turns sequential scans off, so a node
+    left without an index is costed at 10^10), a 0.3 ms read of the waiting
+    line took 60-130 ms in the test database, under the fleet-wide admission
+    lock, on every lap its capped runs sent."""
+    options = connect_args.get("options", "")
+    return {**connect_args, "options": f"{options} -c jit=off".strip()}

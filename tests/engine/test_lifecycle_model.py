@@ -11,8 +11,7 @@ raised at a fault point: the lap stops there with its lease held, exactly as
 when its worker is SIGKILLed. The outside world is one fake vendor that counts
 what really happened per idempotency key.
 
-CI runs ``AGENT_WORKER_MODEL_EXAMPLES`` (default 120; 200 until session 14, when the
-parallel phase took it from about 3 to 10 minutes, see the issue notes) examples; a soak runs
+CI runs ``AGENT_WORKER_MODEL_EXAMPLES`` (default 200) examples; a soak runs
 thousands of new ones: ``AGENT_WORKER_MODEL_EXAMPLES=5000 AGENT_WORKER_MODEL_RANDOM=1
 python -m pytest -p no:cacheprovider -o timeout=0 tests/engine/test_lifecycle_model.py``.
 """
@@ -54,8 +53,9 @@ from store.db import make_engine
 from store.rows import effects, events, runs
 from store.sql import SqlStore
 from tests.principals import acting
+from tests.store_helpers import end_unfinished_runs
 
-EXAMPLES = int(os.environ.get("AGENT_WORKER_MODEL_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("AGENT_WORKER_MODEL_EXAMPLES", "200"))
 STORE_POINTS = ("after_claim", "after_model_journal", "after_outcome", "after_commit")
 TOOL_POINTS = ("before_apply", "after_apply", "tool_error")
 
@@ -559,7 +559,9 @@ def _worker() -> InProcessWorker:
 @pytest.fixture
 def postgres(database_url: str) -> Iterator[None]:
     """One worker for all examples (migrating the schema once), on the
-    session's fresh Postgres database."""
+    session's Postgres database, with the runs earlier tests left unfinished
+    there ended first (every sweep after a clock jump would re-send them)."""
+    end_unfinished_runs(database_url)
     w = InProcessWorker(database_url, clock=CLOCK, retry_backoff_seconds=1,
                         max_lap_attempts=2, lease_ttl_seconds=30, queued_overdue_seconds=60)
     default = w.rt.store

@@ -29,8 +29,9 @@ from store.admitting import THROTTLED, AgentShare, Policy
 from store.ratelimit import Rate, rate_charges
 from store.rows import runs
 from store.sql import SqlStore
-from tests.engine.test_fair_share import _new_run, admit_racing
+from tests.engine.test_fair_share import _new_run, admit_racing, swept
 from tests.engine.test_schedules import Clock
+from tests.store_helpers import end_fair_share
 
 
 @tool
@@ -69,6 +70,7 @@ def env(dialect_url: str, request: pytest.FixtureRequest) -> Iterator[Env]:
     w.rt.registry = Registry()
     yield e
     w.close()
+    end_fair_share(dialect_url)
 
 
 def _pending(w: InProcessWorker) -> list[str]:
@@ -85,11 +87,11 @@ def test_a_tenant_over_its_laps_per_minute_waits_and_resumes_when_the_window_all
     assert _pending(w) == [ids[0], ids[1], free]
     assert w.get_run(ids[2]).admitted_lap == THROTTLED
     w.run_until_idle()
-    assert w.get_run(ids[2]).status == "queued" and w.sweep() == 0
+    assert w.get_run(ids[2]).status == "queued" and swept(w, ids) == []
     env.advance(30)
-    assert w.sweep() == 0  # still inside the minute of the first two laps
+    assert swept(w, ids) == []  # still inside the minute of the first two laps
     env.advance(31)
-    assert w.sweep() == 1 and _pending(w) == [ids[2]]
+    assert swept(w, ids) == [ids[2]] and _pending(w) == [ids[2]]
     w.run_until_idle()
     assert all(w.get_run(i).status == "succeeded" for i in [*ids, free])
 
@@ -130,6 +132,7 @@ def test_concurrent_admissions_never_take_more_than_the_window(database_url: str
             rate_charges.c.tenant == tenant)).all()) == 3
     store.dispose()
     w.close()
+    end_fair_share(database_url)
 
 
 def test_only_an_operator_edits_limits_and_a_refusal_is_audited(env: Env) -> None:

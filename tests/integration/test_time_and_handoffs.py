@@ -20,19 +20,20 @@ from pathlib import Path
 
 import pytest
 import redis
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from agent_worker.agent import register, registry
 from agent_worker.api import AgentWorker
 from agent_worker.constants import MAINT_QUEUE
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.metrics import registry_for
-from store.rows import runs, served_versions
+from store.rows import served_versions
 from store.sql import SqlStore
 from tasks.routing import lap_queue
 from tests.agents import OffsetClock
 from tests.conftest import DatabaseClock
 from tests.integration.test_lap_loop import assert_laps_exactly_once
+from tests.store_helpers import end_unfinished_runs
 from tests.support import Fleet, default_timing
 
 pytestmark = pytest.mark.integration
@@ -118,7 +119,8 @@ def test_a_lap_lost_between_commit_and_send_is_resent_after_the_lease_ttl(
 
 
 def test_sweeps_never_grow_the_queue_of_a_version_nobody_serves(
-        aw: AgentWorker, tmp_path: Path, db_clock: DatabaseClock, broker_url: str) -> None:
+        aw: AgentWorker, tmp_path: Path, db_clock: DatabaseClock, broker_url: str,
+        database_url: str) -> None:
     """500 runs of a version no worker serves, 30 simulated minutes of sweeps
     (one every 30 s): the queue holds the 500 first sends and nothing more,
     Redis memory stays flat, and the metrics say these runs wait for a worker."""
@@ -129,10 +131,7 @@ def test_sweeps_never_grow_the_queue_of_a_version_nobody_serves(
     r.delete(queue)
     # Runs earlier tests left runnable in this session's database are not the
     # subject: ended here, so the sweeps below could only re-send these 500.
-    assert isinstance(aw.rt.store, SqlStore)
-    with aw.rt.store.engine.begin() as c:
-        c.execute(update(runs).where(runs.c.status.in_(("queued", "running")))
-                  .values(status="cancelled", lease_owner=None, enqueued_at=None))
+    end_unfinished_runs(database_url)
     before = r.info("memory")["used_memory"]
     for _ in range(500):
         aw.start_run(UNSERVED)
