@@ -32,6 +32,7 @@ from store.admitting import THROTTLED, AgentShare, Policy
 from store.base import DueLap, NewRun
 from store.rows import message_body
 from store.sql import SqlStore
+from tests.store_helpers import end_fair_share
 
 
 @tool
@@ -52,10 +53,14 @@ def _uid() -> str:
 
 @pytest.fixture
 def fleet(dialect_url: str) -> Iterator[InProcessWorker]:
+    """A worker with a private registry. Its test ends with no limit and no
+    run waiting for a slot in the database (``end_fair_share``): on Postgres
+    that is the session's, and either would slow every later test."""
     w = InProcessWorker(dialect_url, retry_backoff_seconds=0)
     w.rt.registry = Registry()
     yield w
     w.close()
+    end_fair_share(dialect_url)
 
 
 def _agent(w: InProcessWorker, laps: int = 1, **kw: Any) -> str:
