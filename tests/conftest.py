@@ -10,11 +10,13 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from agent_worker.agent import Registry
+from agent_worker.clock import ManualClock
 from tests.support import (
     ROOT,
     Fleet,
@@ -72,26 +74,29 @@ def _install_test_clock(url: str, name: str) -> None:
     """Give the test database a clock tests can move: every lease, timer and
     timeout is compared on the database's ``now()`` (store.dbtime), so moving
     worker clocks no longer fires a timer. A ``now()`` that adds
-    ``testclock.shift`` comes before ``pg_catalog`` on the database's
-    search_path; production databases have no such schema."""
+    ``testclock.shift`` (to the real time, or to the instant it is frozen at)
+    comes before ``pg_catalog`` on the database's search_path; production
+    databases have no such schema."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     with engine.connect() as c:
         c.execute(text("CREATE SCHEMA testclock"))
-        c.execute(text("CREATE TABLE testclock.shift (seconds double precision NOT NULL)"))
-        c.execute(text("INSERT INTO testclock.shift VALUES (0)"))
+        c.execute(text("CREATE TABLE testclock.shift (seconds double precision NOT NULL, "
+                       "frozen_at timestamptz)"))
+        c.execute(text("INSERT INTO testclock.shift VALUES (0, NULL)"))
         c.execute(text(
             "CREATE FUNCTION testclock.now() RETURNS timestamptz LANGUAGE sql STABLE AS "
-            "$$ SELECT pg_catalog.now() + make_interval(secs => "
-            "(SELECT seconds FROM testclock.shift)) $$"))
+            "$$ SELECT coalesce(frozen_at, pg_catalog.now()) + make_interval(secs => seconds) "
+            "FROM testclock.shift $$"))
         c.execute(text(f'ALTER DATABASE "{name}" SET search_path = '
                        '"$user", public, testclock, pg_catalog'))
     engine.dispose()
 
 
 class DatabaseClock:
-    """Moves the test database's time (and so every lease, timer and timeout)."""
+    """Moves the test database's time (and so every lease, timer and timeout),
+    or stops it (``freeze``)."""
 
     def __init__(self, url: str) -> None:
         from sqlalchemy import create_engine
@@ -107,12 +112,39 @@ class DatabaseClock:
             c.execute(text("UPDATE testclock.shift SET seconds = seconds + :s"),
                       {"s": timedelta(**delta).total_seconds()})
 
+    def freeze(self, at: datetime) -> None:
+        """Stop the database's time at ``at``: from now on it moves only by
+        ``advance``, like a ``ManualClock`` (``LockstepClock``), so what the
+        database stamps (a sweep's timeout, an escalation's deadline) equals
+        what a test computes from that clock, to the microsecond."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as c:
+            c.execute(text("UPDATE testclock.shift SET seconds = 0, frozen_at = :at"),
+                      {"at": at})
+
     def reset(self) -> None:
         from sqlalchemy import text
 
         with self.engine.connect() as c:
-            c.execute(text("UPDATE testclock.shift SET seconds = 0"))
+            c.execute(text("UPDATE testclock.shift SET seconds = 0, frozen_at = NULL"))
         self.engine.dispose()
+
+
+class LockstepClock(ManualClock):
+    """A worker's ``ManualClock`` the test database's clock follows: frozen at
+    the same start and moved by the same amounts. On Postgres the sweeper and
+    the claim compare on the database's time and the lap stamps the worker's;
+    in lockstep the two agree exactly, as the one clock of SQLite does."""
+
+    def __init__(self, start: datetime, database: DatabaseClock) -> None:
+        super().__init__(start)
+        self.database = database
+        database.freeze(start)
+
+    def advance(self, **delta: float) -> datetime:
+        self.database.advance(**delta)
+        return super().advance(**delta)
 
 
 @pytest.fixture

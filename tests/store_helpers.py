@@ -1,51 +1,57 @@
-"""Store helpers only tests need (erasing a run's rows, ending what earlier
+"""Store helpers only tests need (erasing runs' rows, ending what earlier
 tests left in the session's database). They live here, not on ``SqlStore``,
 so the production store carries only what the protocol promises."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import Connection, delete, update
+from sqlalchemy import Connection, delete, select, update
 
 from agent_worker.vocabulary import TERMINAL
 from store.admitting import THROTTLED
 from store.db import make_engine
 from store.rows import approvals, checkpoints, effects, events, messages, runs, signals
+from store.runstatus import waiting_turn
 from store.sharing import share_limits
 from store.sql import SqlStore
 
 
+def _erase(conn: Connection, run_ids: Sequence[str]) -> None:
+    """Delete the runs' rows in the tables a run writes to (none has a foreign key)."""
+    for t in (messages, checkpoints, effects, events, signals, approvals):
+        conn.execute(delete(t).where(t.c.run_id.in_(run_ids)))
+    conn.execute(delete(runs).where(runs.c.id.in_(run_ids)))
+
+
 def delete_run(store: SqlStore, run_id: str) -> None:
     """Remove every row of a run."""
-    def tx(conn: Connection) -> None:
-        for t in (messages, checkpoints, effects, events, signals, approvals):
-            conn.execute(delete(t).where(t.c.run_id == run_id))
-        conn.execute(delete(runs).where(runs.c.id == run_id))
-
     with store.engine.begin() as conn:
-        tx(conn)
+        _erase(conn, [run_id])
 
 
 def end_fair_share(url: str) -> None:
-    """Remove every share limit and cancel every run still waiting for a slot.
-
-    The Postgres database is the session's: a cap a test leaves in the limits
-    table switches admission on for every later test's laps, and its waiting
-    runs make each of their admission passes read a line (in session 14 the
-    lifecycle model ran 7 times slower after the fair-share tests than alone).
-    """
-    engine, now = make_engine(url), datetime.now(UTC)
+    """End fair share in the database at ``url``: delete every row of the
+    limits table and every run waiting for a slot. On Postgres the database is
+    the whole test session's, and what a test leaves there slows every later
+    test: one limit row switches admission on for every worker, and one
+    waiting run makes every sweep take the admission lock and read the lines
+    (measured: 75 ms a sweep instead of 15; in session 14 the lifecycle model
+    ran 7 times slower after the fair-share tests than alone). The session's
+    tests run one at a time on the database, so at a test's teardown no other
+    test's limits are in force and the waiting runs are finished tests'
+    leftovers (nobody else admits them: their agents were private)."""
+    store = SqlStore(url)
     try:
-        with engine.begin() as conn:
+        with store.engine.begin() as conn:
             conn.execute(delete(share_limits))
-            conn.execute(update(runs).where(runs.c.status == "queued",
-                                            runs.c.admitted_lap == THROTTLED)
-                         .values(status="cancelled", admitted_lap=None,
-                                 cancel_reason="left waiting by a fair-share test",
-                                 finished_at=now, updated_at=now))
+            waiting = conn.execute(select(runs.c.id).where(
+                waiting_turn(), runs.c.admitted_lap == THROTTLED)).scalars().all()
+            if waiting:
+                _erase(conn, waiting)
     finally:
-        engine.dispose()
+        store.dispose()
 
 
 def end_unfinished_runs(url: str) -> None:

@@ -3,8 +3,9 @@ Postgres refuses (U+0000, lone surrogates, a commit's real fencing)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,3 +32,34 @@ def bare_worker(dialect_url: str) -> Iterator[InProcessWorker]:
     yield w
     assert isinstance(w.rt.store, SqlStore)
     w.rt.store.dispose()
+
+
+def swept(w: InProcessWorker, ids: Container[str]) -> list[str]:
+    """One sweep of ``w``; the runs among ``ids`` it sent a lap for, in order.
+
+    The sweep is fleet-wide, and on Postgres the database is the whole test
+    session's: a lap it sends for a run not in ``ids`` (another test's leftover)
+    is taken back off ``w``'s queue, neither run nor counted. It calls
+    ``InProcessWorker.sweep`` itself, so a worker whose ``sweep`` is this
+    filter (``OwnRunsWorker``) does not recurse."""
+    before = len(w.queue.pending)
+    InProcessWorker.sweep(w)
+    sent = [w.queue.pending.pop() for _ in range(len(w.queue.pending) - before)][::-1]
+    mine = [lap for lap in sent if lap.run_id in ids]
+    w.queue.pending.extend(mine)
+    return [lap.run_id for lap in mine]
+
+
+class OwnRunsWorker(InProcessWorker):
+    """An in-process worker that runs only its own test's runs (``runs``, which
+    the test fills): its sweeps keep only their laps (``swept``), so
+    ``run_until_idle()`` and ``sweep()`` count what the test did, on a
+    database other tests' runs share too."""
+
+    def __init__(self, database_url: str, runs: set[str], **kw: Any) -> None:
+        super().__init__(database_url, **kw)
+        self.runs = runs
+
+    def sweep(self) -> int:
+        """One sweep; how many laps it sent for this test's runs."""
+        return len(swept(self, self.runs))

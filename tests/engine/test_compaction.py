@@ -1,14 +1,12 @@
 """Compaction keeps the model's window bounded on long runs, is recorded as a
-message, and a resumed run sees the same window as the one that crashed."""
+message, and a resumed run sees the same window as the one that crashed.
+Both dialects (``bare_worker``): the agent lives in the worker's own registry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, register, tool, turn
+from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.messages import ModelRequest, ModelResponse
 
 seen: dict[int, ModelRequest] = {}
@@ -26,12 +24,11 @@ def _script(r: ModelRequest) -> ModelResponse:
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[InProcessWorker]:
-    register(Agent(name="compacting", model=ScriptedModel(_script), tools=[look],
-                   window_messages=20, compact_after=30, budget=Budget(max_laps=None)))
-    w = InProcessWorker(f"sqlite:///{tmp_path / 'c.db'}")
-    yield w
-    w.rt.store.dispose()
+def worker(bare_worker: InProcessWorker) -> InProcessWorker:
+    bare_worker.rt.registry.register(Agent(
+        name="compacting", model=ScriptedModel(_script), tools=[look], window_messages=20,
+        compact_after=30, budget=Budget(max_laps=None)))
+    return bare_worker
 
 
 def test_window_is_bounded_and_summary_recorded(worker: InProcessWorker) -> None:

@@ -32,6 +32,7 @@ from store.admitting import THROTTLED, AgentShare, Policy
 from store.base import DueLap, NewRun
 from store.rows import message_body
 from store.sql import SqlStore
+from tests.engine.conftest import swept
 from tests.store_helpers import end_fair_share
 
 
@@ -53,6 +54,9 @@ def _uid() -> str:
 
 @pytest.fixture
 def fleet(dialect_url: str) -> Iterator[InProcessWorker]:
+    """A worker with a private registry. Its test ends with no limit and no
+    run waiting for a slot in the database (``end_fair_share``): on Postgres
+    that is the session's, and either would slow every later test."""
     w = InProcessWorker(dialect_url, retry_backoff_seconds=0)
     w.rt.registry = Registry()
     yield w
@@ -69,19 +73,6 @@ def _agent(w: InProcessWorker, laps: int = 1, **kw: Any) -> str:
 
 def _holders(w: InProcessWorker, agent: str) -> int:
     return sum(line.in_flight for line in w.queues() if line.agent == agent)
-
-
-def swept(w: InProcessWorker, ids: list[str]) -> list[str]:
-    """Sweep; which of ``ids`` it sent. The Postgres database is the
-    session's, so a sweep may also re-send runs earlier tests left queued:
-    those are taken off this worker's queue and not counted."""
-    before = list(w.queue.pending)
-    w.sweep()
-    sent = [lap for lap in w.queue.pending if lap not in before]
-    for lap in sent:
-        if lap.run_id not in ids:
-            w.queue.pending.remove(lap)
-    return [lap.run_id for lap in sent if lap.run_id in ids]
 
 
 def _step(w: InProcessWorker) -> str:

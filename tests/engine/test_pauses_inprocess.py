@@ -5,6 +5,13 @@ test moves time forward instead of sleeping.
 Every pause here is a committed lap plus a row: the worker that paused a run is
 thrown away and a fresh one (``_reopen``) resumes it from the records, so what
 the model sees after a pause can only come from the database.
+
+Both dialects: on Postgres the sweeper compares timers and timeouts on the
+database's clock, which a ``LockstepClock`` freezes at ``T0`` and moves with the
+worker's. The session's database holds other tests' runs too: the agents live
+in a registry of this module's (``AGENTS``), the workers' sweeps keep only the
+laps of the test's own runs (``OwnRunsWorker``) and each approval listing is
+filtered to the test's run.
 """
 
 from __future__ import annotations
@@ -15,13 +22,12 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
-from agent_worker.agent import Agent, register
+from agent_worker.agent import Agent, Registry
 from agent_worker.budget import Budget
 from agent_worker.clock import ManualClock
 from agent_worker.control import sleep_tool, wait_for_signal_tool
@@ -32,6 +38,8 @@ from agent_worker.model.scripted import ScriptedModel, model_turns, turn
 from agent_worker.tools import ToolContext, tool
 from store.rows import signals
 from store.sql import SqlStore
+from tests.conftest import LockstepClock
+from tests.engine.conftest import OwnRunsWorker
 from tests.principals import acting
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
@@ -90,53 +98,68 @@ def _plan(r: ModelRequest) -> ModelResponse:
     return turn(f"turn {k}", calls)
 
 
-BASE = register(Agent(
+#: This module's agents; its workers serve these and no others.
+AGENTS = Registry()
+BASE = AGENTS.register(Agent(
     name="pz", model=lambda: ScriptedModel(_plan),
     tools=[transfer, reserve, note, sleep_tool, wait_for_signal_tool], window_messages=2000,
     approval_owner="ops", approval_timeout=timedelta(hours=1)))
-register(replace(BASE, name="pz-approve-default", on_approval_timeout="approve",
-                 tools=[discount, note]))
-register(replace(BASE, name="pz-escalate", on_approval_timeout="escalate",
-                 escalate_to="ops-lead"))
-register(replace(BASE, name="pz-priced",
-                 prices={"scripted": {"input_per_mtok": "1", "output_per_mtok": "2"}}))
+AGENTS.register(replace(BASE, name="pz-approve-default", on_approval_timeout="approve",
+                        tools=[discount, note]))
+AGENTS.register(replace(BASE, name="pz-escalate", on_approval_timeout="escalate",
+                        escalate_to="ops-lead"))
+AGENTS.register(replace(BASE, name="pz-priced",
+                        prices={"scripted": {"input_per_mtok": "1", "output_per_mtok": "2"}}))
 
 WIRE = ["transfer", {"account": "acct-9", "amount_cents": 12500}]
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
+def clock(dialect_url: str, request: pytest.FixtureRequest) -> ManualClock:
+    """The worker's clock at ``T0``; on Postgres the database's follows it."""
+    if dialect_url.startswith("sqlite"):
+        return ManualClock(T0)
+    return LockstepClock(T0, request.getfixturevalue("db_clock"))
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'aw.db'}"
+def url(dialect_url: str) -> str:
+    """The test's database, which ``_reopen`` opens a fresh worker on."""
+    return dialect_url
+
+
+#: The workers a test opened (``_reopen`` swaps them): closed when it ends.
+_OPENED: list[InProcessWorker] = []
 
 
 @pytest.fixture
 def w(url: str, clock: ManualClock) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(url, clock=clock)
-    yield worker
-    _dispose(worker)
+    yield _worker(url, clock, set())
+    while _OPENED:
+        _OPENED.pop().close()
 
 
-def _dispose(worker: InProcessWorker) -> None:
-    store = worker.rt.store
-    assert isinstance(store, SqlStore)
-    store.dispose()
+def _worker(url: str, clock: ManualClock, runs: set[str]) -> OwnRunsWorker:
+    """A worker of this module's agents that runs only ``runs`` (``_start`` adds to it)."""
+    worker = OwnRunsWorker(url, runs, clock=clock)
+    worker.rt.registry = AGENTS
+    _OPENED.append(worker)
+    return worker
 
 
 def _reopen(old: InProcessWorker, url: str, clock: ManualClock) -> InProcessWorker:
     """Throw the worker away and start another on the same database, as if the
     process that paused the run had died: only the records carry over."""
-    _dispose(old)
-    return InProcessWorker(url, clock=clock)
+    assert isinstance(old, OwnRunsWorker)
+    old.close()
+    return _worker(url, clock, old.runs)
 
 
 def _start(w: InProcessWorker, plan: list[Any], agent: str = "pz",
            budget: Budget | None = None) -> str:
     run = w.start_run(agent, {"plan": plan}, budget=budget)
+    assert isinstance(w, OwnRunsWorker)
+    w.runs.add(run.id)
     w.run_until_idle()
     return run.id
 
@@ -176,7 +199,7 @@ def test_approval_pauses_the_run_and_resumes_it_with_the_decision(
     assert run.status == "waiting" and run.waiting_for is not None
     assert run.waiting_for.startswith("approval:") and run.lease_owner is None
     assert _world(run_id) == []
-    [approval] = w.list_approvals()
+    [approval] = w.list_approvals(run_id=run_id)
     assert approval.run_id == run_id and run.waiting_for == f"approval:{approval.id}"
     assert (approval.tool_name, approval.arguments) == ("transfer", WIRE[1])
     assert approval.owner == "ops" and approval.status == "pending"
@@ -184,7 +207,8 @@ def test_approval_pauses_the_run_and_resumes_it_with_the_decision(
     assert approval.on_timeout == "reject" and approval.reason
 
     clock.advance(minutes=20)
-    assert clock.now() - w.list_approvals()[0].requested_at == timedelta(minutes=20)
+    assert clock.now() - w.list_approvals(run_id=run_id)[0].requested_at == timedelta(
+        minutes=20)
     assert w.run_until_idle() == 0, "a run waiting for a human runs nothing"
 
     w = _reopen(w, url, clock)
@@ -202,7 +226,7 @@ def test_approval_pauses_the_run_and_resumes_it_with_the_decision(
         acting(w, "bob").reject(run_id)
     with pytest.raises(AlreadyDecidedError):
         acting(w, "alice").approve(approval.id)
-    assert w.list_approvals() == []
+    assert w.list_approvals(run_id=run_id) == []
     assert [a.status for a in w.list_approvals(status="approved", run_id=run_id)] == ["approved"]
     decided_events = [e for e in w.events(run_id) if e.kind == "approval_decided"]
     assert len(decided_events) == 1 and decided_events[0].data is not None
@@ -263,7 +287,7 @@ def test_escalation_hands_the_approval_to_the_next_owner(
     run_id = _start(w, [WIRE], agent="pz-escalate")
     clock.advance(minutes=61)
     assert w.run_until_idle() == 0, "escalation re-routes the approval; the run keeps waiting"
-    [escalated] = w.list_approvals()
+    [escalated] = w.list_approvals(run_id=run_id)
     assert escalated.owner == "ops-lead" and escalated.status == "pending"
     assert escalated.timeout_at == clock.now() + timedelta(hours=1)
     assert w.get_run(run_id).status == "waiting"
@@ -274,7 +298,8 @@ def test_escalation_hands_the_approval_to_the_next_owner(
     clock.advance(minutes=61)
     w.run_until_idle()
     assert w.get_run(run_id).status == "succeeded"
-    assert [a.owner for a in w.list_approvals(status="timed_out")] == ["ops-lead"]
+    assert [a.owner for a in w.list_approvals(status="timed_out", run_id=run_id)] == [
+        "ops-lead"]
     assert _world(run_id) == []
 
 

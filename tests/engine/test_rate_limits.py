@@ -29,7 +29,8 @@ from store.admitting import THROTTLED, AgentShare, Policy
 from store.ratelimit import Rate, rate_charges
 from store.rows import runs
 from store.sql import SqlStore
-from tests.engine.test_fair_share import _new_run, admit_racing, swept
+from tests.engine.conftest import swept
+from tests.engine.test_fair_share import _new_run, admit_racing
 from tests.engine.test_schedules import Clock
 from tests.store_helpers import end_fair_share
 
@@ -70,7 +71,7 @@ def env(dialect_url: str, request: pytest.FixtureRequest) -> Iterator[Env]:
     w.rt.registry = Registry()
     yield e
     w.close()
-    end_fair_share(dialect_url)
+    end_fair_share(dialect_url)  # no limit or waiting run of it slows the tests after
 
 
 def _pending(w: InProcessWorker) -> list[str]:

@@ -1,18 +1,20 @@
 """The demo agent reads its tool results: a refused refund is reported as
 failed and gets no "refunded" notice, and a run in which no refund landed
 fails instead of succeeding with a total (it used to answer
-``{"refunded": 6, "total_cents": 33501}`` with no vendor configured)."""
+``{"refunded": 6, "total_cents": 33501}`` with no vendor configured).
+The runs go through the engine on both dialects."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from agent_worker import InProcessWorker
-from agent_worker.demo.refund_desk import _script, order_amount
+from agent_worker.agent import Registry
+from agent_worker.demo.refund_desk import _script, order_amount, refund_desk
 from agent_worker.errors import InvalidInputError, TaskFailedError
 from agent_worker.messages import Message, ModelRequest
 from agent_worker.settings import get_settings
@@ -57,12 +59,15 @@ def test_no_refund_landed_is_a_failure_not_a_total() -> None:
 
 
 @pytest.fixture
-def worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessWorker]:
+def worker(dialect_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessWorker]:
+    """A worker of the demo agent alone (a registry of its own), with no vendor."""
     monkeypatch.setenv("AGENT_WORKER_VENDOR_URL", "")
     get_settings.cache_clear()
-    w = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}", retry_backoff_seconds=0)
+    w = InProcessWorker(dialect_url, retry_backoff_seconds=0)
+    w.rt.registry = Registry()
+    w.rt.registry.register(refund_desk)
     yield w
-    w.rt.store.dispose()
+    w.close()
     get_settings.cache_clear()
 
 
@@ -76,6 +81,7 @@ def test_run_with_no_vendor_fails_with_the_reason(worker: InProcessWorker) -> No
 
 
 def test_unknown_input_fields_are_refused_at_submit(worker: InProcessWorker) -> None:
+    tenant = f"t{uuid.uuid4().hex[:8]}"  # the Postgres database holds other tests' runs
     with pytest.raises(InvalidInputError, match="count"):
-        worker.start_run("refund-desk", {"count": "many"})
-    assert worker.list_runs() == []
+        worker.start_run("refund-desk", {"count": "many"}, tenant=tenant)
+    assert worker.list_runs(tenant=tenant) == []

@@ -1,15 +1,16 @@
 """The CLI verbs of issue 18 (``runs list --label``, ``runs state``,
 ``runs update-state``, ``approve --arguments``) in this process against an
-in-process worker on SQLite: the CLI is a thin layer over the API verbs that
-the engine tests check on both dialects; here its options, JSON and errors."""
+in-process worker on both dialects: the CLI is a thin layer over the API verbs
+the other engine tests check; here its options, JSON and errors. The label
+values are the test's own (on Postgres the database is the session's)."""
 
 from __future__ import annotations
 
 import io
 import json
+import uuid
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,6 @@ import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, register, tool, turn
 from agent_worker.agent import Agent
 from agent_worker.cli import main
-from store.sql import SqlStore
 from tests.principals import acting
 
 
@@ -34,14 +34,12 @@ register(Agent(name="cli-state", model=ScriptedModel(
 
 
 @pytest.fixture
-def w(tmp_path: Path) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(f"sqlite:///{tmp_path / 'aw.db'}")
+def w(dialect_url: str) -> Iterator[InProcessWorker]:
+    worker = InProcessWorker(dialect_url)
     api.configure(worker)
     yield worker
     api.configure(None)
-    store = worker.rt.store
-    assert isinstance(store, SqlStore)
-    store.dispose()
+    worker.close()
 
 
 def cli(*argv: str, code: int = 0) -> Any:
@@ -56,13 +54,14 @@ def cli(*argv: str, code: int = 0) -> Any:
 
 
 def test_state_labels_and_edited_approvals_from_the_cli(w: InProcessWorker) -> None:
-    run = w.start_run("cli-state", "go", labels={"customer": "acme-cli", "queue": "vip"})
+    customer = f"acme-cli-{uuid.uuid4().hex[:8]}"
+    run = w.start_run("cli-state", "go", labels={"customer": customer, "queue": "vip"})
     w.start_run("cli-state", "go", labels={"customer": "other"})
     w.run_until_idle()
-    listed = cli("runs", "list", "--label", "customer=acme-cli", "--label", "queue=vip",
+    listed = cli("runs", "list", "--label", f"customer={customer}", "--label", "queue=vip",
                  "--json")
     assert [r["id"] for r in listed["runs"]] == [run.id] and listed["next_cursor"] is None
-    assert listed["runs"][0]["labels"] == {"customer": "acme-cli", "queue": "vip"}
+    assert listed["runs"][0]["labels"] == {"customer": customer, "queue": "vip"}
     page = cli("runs", "list", "--since", "2000-01-01T00:00:00", "--limit", "1", "--json")
     assert len(page["runs"]) == 1 and page["next_cursor"]
     assert cli("runs", "list", "--label", "nokey", "--json", code=2)["code"] == "invalid_input"
