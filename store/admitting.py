@@ -323,8 +323,12 @@ def admit(conn: Connection, requested: Sequence[str], policy: Policy, *,
     line, then admit waiting runs while they fit. Returns every lap to send
     now, requested or not."""
     if not requested and conn.execute(select(runs.c.id).where(
-            waiting_turn(), runs.c.admitted_lap == THROTTLED).limit(1)).first() is None:
-        return []  # a hand-on or a sweep with nobody waiting: one indexed read, no lock
+            waiting_turn(), runs.c.admitted_lap == THROTTLED,
+            runs.c.agent_name.in_(list(policy.agents))).limit(1)).first() is None:
+        # A hand-on or a sweep with nobody waiting that this process could
+        # admit (only its own agents'): one indexed read, no lock. Runs of
+        # agents it does not know wait for a process that does.
+        return []
     _lock(conn)
     send = _queue(conn, requested, now)
     known = {name: share.provider for name, share in policy.agents.items()}

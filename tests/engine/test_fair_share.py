@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import text, update
 
 from agent_worker import Agent, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Registry
@@ -28,9 +29,10 @@ from agent_worker.errors import ConfigurationError, InvalidInputError, NotFoundE
 from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
+from store import admitting
 from store.admitting import THROTTLED, AgentShare, Policy
 from store.base import DueLap, NewRun
-from store.rows import message_body
+from store.rows import message_body, runs
 from store.sql import SqlStore
 from tests.engine.conftest import swept
 from tests.store_helpers import end_fair_share
@@ -197,6 +199,34 @@ def test_concurrent_admissions_never_exceed_a_cap(database_url: str) -> None:
     store.dispose()
     w.close()
     end_fair_share(database_url)
+
+
+def test_a_sweep_takes_no_admission_lock_for_runs_it_cannot_admit(database_url: str) -> None:
+    """A run of an agent this process does not know waits for a slot (its cap
+    was removed, or another fleet serves it): a sweep here, with no cap in
+    force, reads that nobody it could admit waits and does not queue behind
+    the fleet-wide admission lock (it did, reading every waiting line, on
+    every sweep of every process while any run anywhere waited)."""
+    w = InProcessWorker(database_url)
+    w.rt.registry = Registry()
+    mine, theirs = _agent(w), f"fs-{_uid()}"
+    store = SqlStore(database_url)
+    [waiting] = _bulk_runs(w, theirs, f"t{_uid()}", 1)
+    with store.engine.begin() as c:
+        c.execute(update(runs).where(runs.c.id == waiting).values(admitted_lap=THROTTLED))
+    answer: list[Any] = []
+    try:
+        with store.engine.begin() as holder:
+            holder.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": admitting.LOCK_KEY})
+            sweep = threading.Thread(target=lambda: answer.append(store.admit(
+                [], Policy(agents={mine: AgentShare()}), now=w.rt.clock.now())), daemon=True)
+            sweep.start()
+            sweep.join(timeout=20)
+            assert answer == [[]], "the sweep waited for the admission lock"
+    finally:
+        store.dispose()
+        w.close()
+        end_fair_share(database_url)
 
 
 def admit_racing(store: SqlStore, ids: list[str], policy: Policy, now: datetime) -> int:
