@@ -1,56 +1,74 @@
-"""What the metrics rollup's triggers would have written for the rows the seed
+"""What the metrics rollups' triggers would have written for the rows the seed
 copies (``bench.seed``), computed while the rows stream by.
 
-Migration ``0017_metrics_rollup``'s insert trigger on ``runs`` appends a delta
-row for every settled run a ``COPY`` inserts: at 1.1 M runs that is a trigger
-call and a delta row per run during the load, and then a first metrics scrape
-that folds 1.1 M deltas (100 batches of ``store.rollup.FOLD_BATCH``, well past
-any scrape timeout) before the database looks like one that grew by itself.
-The seed disables the trigger for its transaction and writes ``run_totals``
-from this instead: the same sums the deltas would have folded into.
+The insert triggers of migrations ``0017_metrics_rollup`` (on ``runs``) and
+``0020_approval_totals`` (on ``approvals``) append a delta row for every row
+a ``COPY`` inserts: at 1.1 M runs that is a trigger call and a delta row per
+row during the load, and then a first metrics scrape that folds 1.1 M deltas
+(100 batches of ``store.rollup.FOLD_BATCH``, well past any scrape timeout)
+before the database looks like one that grew by itself. The seed disables
+those triggers for its transaction and writes the totals from this instead:
+the sums the deltas would have folded into.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from store.rollup import SETTLED, SUMS
-
-#: The trigger a ``COPY`` into ``runs`` fires (its update and delete twins
-#: never fire during a load).
-TRIGGER = "run_totals_insert"
-_COLUMNS = ("agent_name", "status", "runs", *SUMS)
+from store.rollup import APPROVALS, RUNS, Rollup
 
 
-class RunTotals:
-    """Per (agent, status) of the settled runs seen: the run count and the
-    sums of ``store.rollup.SUMS``, as a fold of the trigger's deltas holds them."""
+@dataclass(frozen=True)
+class Seeded:
+    """A rollup fed by the rows of ``table``, through the insert trigger
+    ``trigger`` (the only one of its triggers a load fires)."""
 
-    def __init__(self, run_columns: str) -> None:
-        names = [c.strip() for c in run_columns.split(",")]
-        self._agent, self._status = names.index("agent_name"), names.index("status")
-        self._sums = [names.index(c) for c in SUMS]
-        self.totals: dict[tuple[str, str], list[int]] = {}
+    rollup: Rollup
+    table: str
+    trigger: str
+
+
+SEEDED = (Seeded(RUNS, "runs", "run_totals_insert"),
+          Seeded(APPROVALS, "approvals", "approval_totals_insert"))
+
+
+class Totals:
+    """A fold of the deltas the trigger would have appended for the rows seen:
+    per key, the row count and the sums of ``rollup.sums`` (source columns
+    of the same names), over the rows whose status the trigger counts."""
+
+    def __init__(self, seeded: Seeded, columns: str) -> None:
+        self.seeded = seeded
+        names = [c.strip() for c in columns.split(",")]
+        rollup = seeded.rollup
+        self._keys = [names.index(k) for k in rollup.keys]
+        self._sums = [names.index(c) for c in rollup.sums]
+        self._status = names.index("status")
+        self.totals: dict[tuple[Any, ...], list[int]] = {}
 
     def add(self, row: Sequence[Any]) -> None:
-        """Count one run row (a tuple in the order of ``run_columns``)."""
-        status = row[self._status]
-        if status not in SETTLED:
-            return  # live runs are counted from their rows, never rolled up
-        acc = self.totals.setdefault((row[self._agent], status), [0] * (1 + len(SUMS)))
+        """Count one row (a tuple in the order of ``columns``)."""
+        statuses = self.seeded.rollup.statuses
+        if statuses is not None and row[self._status] not in statuses:
+            return  # e.g. live runs: counted from their rows, never rolled up
+        acc = self.totals.setdefault(tuple(row[i] for i in self._keys),
+                                     [0] * (1 + len(self._sums)))
         acc[0] += 1
         for i, column in enumerate(self._sums, start=1):
             acc[i] += int(row[column])
 
     def write(self, cur: psycopg.Cursor[Any]) -> int:
-        """Insert the totals into the (empty) ``run_totals``; rows written."""
-        with cur.copy(f"COPY run_totals ({', '.join(_COLUMNS)}) FROM STDIN") as copy:
-            for (agent, status), sums in sorted(self.totals.items()):
-                copy.write_row((agent, status, *sums))
+        """Insert the totals into the (empty) totals table; rows written."""
+        rollup = self.seeded.rollup
+        columns = ", ".join((*rollup.keys, *rollup.added))
+        with cur.copy(f"COPY {rollup.totals.name} ({columns}) FROM STDIN") as copy:
+            for key, sums in sorted(self.totals.items()):
+                copy.write_row((*key, *sums))
         return len(self.totals)
 
 
-__all__ = ["TRIGGER", "RunTotals"]
+__all__ = ["SEEDED", "Seeded", "Totals"]

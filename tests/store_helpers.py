@@ -8,12 +8,23 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, delete, update
 
+from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL
 from store.admitting import THROTTLED
+from store.base import NewRun
 from store.db import make_engine
 from store.rows import approvals, checkpoints, effects, events, messages, runs, signals
 from store.sharing import share_limits
 from store.sql import SqlStore
+
+
+def new_run(run_id: str, agent: str = "a", *, now: datetime, tenant: str | None = "t1",
+            version: str = "1") -> NewRun:
+    """A queued run of ``agent`` with one user message and an empty checkpoint."""
+    return NewRun(id=run_id, tenant=tenant, agent_name=agent, agent_version=version,
+                  input={}, limits={}, retention="full",
+                  checkpoint={"schema_version": 2, "message_count": 1}, schema_version=2,
+                  messages=[Message(role="user", content="hi")], now=now)
 
 
 def delete_run(store: SqlStore, run_id: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from sqlalchemy import func, select
 
 from bench.common import create_database, drop_database, libpq_url, sa_url
 from bench.scrape_totals import full, rolled
@@ -19,6 +20,7 @@ from bench.seed import FILLED, Shape, run_id, seed
 from store import rollup
 from store.listing import RunFilter, search_runs
 from store.migrate import upgrade
+from store.rows import approvals
 from store.sql import SqlStore
 
 pytestmark = pytest.mark.integration
@@ -30,7 +32,8 @@ SELECT (SELECT array_agg(indexrelid::regclass::text ORDER BY indexrelid::regclas
         WHERE relname = ANY(%(t)s::text[]) AND relforcerowsecurity),
        (SELECT tgenabled FROM pg_trigger WHERE tgname = 'events_order_notify'),
        (SELECT tgenabled FROM pg_trigger WHERE tgname = 'run_labels_from_run'),
-       (SELECT tgenabled FROM pg_trigger WHERE tgname = 'run_totals_insert')
+       (SELECT array_agg(tgname::text || tgenabled::text ORDER BY tgname) FROM pg_trigger
+        WHERE tgname IN ('run_totals_insert', 'approval_totals_insert'))
 """
 
 
@@ -74,7 +77,7 @@ def test_seeded_runs_read_back_through_the_store(
         store.engine.dispose()
 
 
-def test_seeded_run_totals_equal_a_full_aggregation(
+def test_seeded_rollups_equal_a_full_aggregation(
         seeded: tuple[str, tuple[object, ...]]) -> None:
     url, _ = seeded
     store = SqlStore(sa_url(url))
@@ -82,12 +85,20 @@ def test_seeded_run_totals_equal_a_full_aggregation(
         with store.engine.connect() as conn:
             table = conn.execute(rollup.run_totals.select()).all()
             reference = full(conn)
-            assert rollup.unfolded(conn) == 0  # the seed wrote totals, not deltas
+            by_status: dict[str, int] = dict(conn.execute(
+                select(approvals.c.status, func.count()).group_by(approvals.c.status)).all())
+            approval_table: dict[str, int] = dict(
+                conn.execute(rollup.approval_totals.select()).all())
+            # the seed wrote totals, not deltas
+            assert [rollup.unfolded(conn, r) for r in rollup.ROLLUPS] == [0, 0]
             assert rolled(conn) == reference  # the scrape's reading, live rows included
+            pending = conn.execute(rollup.pending_query()).one()
         folded = {(r.agent_name, r.status): (r.runs, *(r._mapping[c] for c in rollup.SUMS))
                   for r in table}
         assert folded == {k: v for k, v in reference.items() if k[1] in rollup.SETTLED}
         assert {s for _, s in folded} == {"succeeded", "failed", "cancelled", "waiting",
                                           "sleeping"}
+        assert approval_table == by_status == {"pending": 5}
+        assert pending.pending == 5 and pending.oldest is not None
     finally:
         store.engine.dispose()
