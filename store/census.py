@@ -17,11 +17,22 @@ every figure is a sum (or a minimum) over a disjoint union of groups.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, String, cast, func, literal, null, select
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    String,
+    bindparam,
+    cast,
+    func,
+    literal,
+    null,
+    select,
+)
 
 from agent_worker.vocabulary import RUNNABLE
 from store import admitting
@@ -58,28 +69,42 @@ class LiveGroup:
 
     @classmethod
     def of(cls, row: Row[Any]) -> LiveGroup:
-        m = row._mapping
-        return cls(tenant=m["tenant"], agent_name=m["agent_name"],
-                   agent_version=m["agent_version"], status=m["status"],
-                   oldest_throttled=m["oldest_throttled"],
-                   **{c: int(m[c] or 0) for c in ("runs", *SUMS, "stale", "holding",
-                                                  "waiting", "throttled")})
+        """The group of a row of ``live_select`` (or of a part built with
+        ``settled_columns``): its columns after ``live`` are the fields, in
+        order; the counts and sums come as integers or (Postgres' ``sum`` of
+        a ``bigint``) decimals."""
+        values = dict(zip(_FIELDS, tuple(row)[1:], strict=True))
+        for name in _COUNTED:
+            values[name] = int(values[name] or 0)
+        return cls(**values)
 
 
-def live_select(*, stale_before: datetime | None = None) -> Select[Any]:
+_FIELDS = tuple(f.name for f in fields(LiveGroup))
+#: The counts and sums: every field between the key and the oldest wait.
+_COUNTED = _FIELDS[4:-1]
+
+
+#: The bound parameter of ``live_select(stale=True)``: runs with no checkpoint
+#: since then are stale. A parameter, not a value, so a scrape executes one
+#: statement built once per process (building it took 1.1 ms a scrape).
+STALE_BEFORE = "stale_before"
+
+
+def live_select(*, stale: bool = False) -> Select[Any]:
     """The live runs grouped into ``LiveGroup`` columns (plus ``live = 1``);
-    without ``stale_before`` none is counted stale.
+    with ``stale``, counting the stale ones takes the parameter
+    ``STALE_BEFORE`` (else none is counted stale).
 
     One index range of ``status`` (both runnable statuses) and a heap visit
     per live row: nothing here reads a settled run."""
     shown = shown_column().label("status")  # a stored ``running`` between laps is ``queued``
     throttled = waiting_turn() & (runs.c.admitted_lap == admitting.THROTTLED)
-    stale = (literal(0) if stale_before is None
-             else func.count().filter(runs.c.last_checkpoint_at < stale_before))
+    stale_count = (func.count().filter(runs.c.last_checkpoint_at < bindparam(STALE_BEFORE))
+                   if stale else literal(0))
     return (select(literal(1).label("live"), runs.c.tenant, runs.c.agent_name,
                    runs.c.agent_version, shown, func.count().label("runs"),
                    *[func.coalesce(func.sum(runs.c[c]), 0).label(c) for c in SUMS],
-                   stale.label("stale"),
+                   stale_count.label("stale"),
                    func.count().filter(admitting.holds_slot()).label("holding"),
                    func.count().filter(waiting_turn()).label("waiting"),
                    func.count().filter(throttled).label("throttled"),
@@ -102,4 +127,4 @@ def settled_columns(agent_name: ColumnElement[Any], status: ColumnElement[Any],
             cast(null(), UTCDateTime()).label("oldest_throttled")]
 
 
-__all__ = ["SUMS", "LiveGroup", "live_select", "settled_columns"]
+__all__ = ["STALE_BEFORE", "SUMS", "LiveGroup", "live_select", "settled_columns"]

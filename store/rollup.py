@@ -41,13 +41,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, NamedTuple, cast
 
 from sqlalchemy import CompoundSelect, Connection, Select, Table, delete, func, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_worker.vocabulary import RUN_STATUSES, RUNNABLE, RunStatus
-from store.census import SUMS, LiveGroup, live_select, settled_columns
+from store.census import STALE_BEFORE, SUMS, LiveGroup, live_select, settled_columns
 from store.rollupmodels import (
     ApprovalTotalDeltaRow,
     ApprovalTotalsRow,
@@ -96,6 +97,10 @@ APPROVALS = Rollup(approval_totals, approval_total_deltas, ("status",), "approva
 ROLLUPS = (RUNS, APPROVALS)
 
 
+#: The fields of ``Totals`` after the key, summed from every part.
+_TOTALLED = ("runs", *SUMS, "stale")
+
+
 class Totals(NamedTuple):
     """The runs of one agent in one (shown) status, and their sums."""
 
@@ -119,14 +124,16 @@ class Figures:
     live: list[LiveGroup]
 
 
-def totals_query(*, stale_before: datetime) -> CompoundSelect[Any]:
+@cache
+def totals_query() -> CompoundSelect[Any]:
     """The live groups of ``store.census`` (``live = 1``), then the folded
     totals and the unfolded deltas per (agent, status) (``live = 0``), in the
     columns of ``census.live_select``; one (agent, status) may appear in
-    several rows: add them up (``read_figures``).
-
-    A run is stale when it should be moving (queued or running) but its last
-    checkpoint is older than ``stale_before`` (``list_runs(stale=True)``).
+    several rows: add them up (``read_figures``). Takes the parameter
+    ``census.STALE_BEFORE``: a run is stale when it should be moving (queued
+    or running) but its last checkpoint is older (``list_runs(stale=True)``).
+    Built once (``cache``): a statement executed again skips building it and
+    its cache key.
     """
     t, d = run_totals.c, run_total_deltas.c
     folded = select(*settled_columns(
@@ -135,7 +142,7 @@ def totals_query(*, stale_before: datetime) -> CompoundSelect[Any]:
         d.agent_name, d.status,
         [func.sum(d.runs).label("runs"), *[func.sum(d[c]).label(c) for c in SUMS]]))
         .group_by(d.agent_name, d.status))
-    return union_all(live_select(stale_before=stale_before), folded, deltas)
+    return union_all(live_select(stale=True), folded, deltas)
 
 
 def read_figures(conn: Connection, *, stale_before: datetime) -> Figures:
@@ -143,13 +150,13 @@ def read_figures(conn: Connection, *, stale_before: datetime) -> Figures:
     summed per (agent, status)."""
     live: list[LiveGroup] = []
     sums: dict[tuple[str, str], list[int]] = {}
-    for row in conn.execute(totals_query(stale_before=stale_before)):
-        m = row._mapping
-        if m["live"]:
-            live.append(LiveGroup.of(row))
-        acc = sums.setdefault((m["agent_name"], m["status"]), [0] * (2 + len(SUMS)))
-        for i, c in enumerate(("runs", *SUMS, "stale")):
-            acc[i] += int(m[c] or 0)
+    for row in conn.execute(totals_query(), {STALE_BEFORE: stale_before}):
+        group = LiveGroup.of(row)
+        if row.live:
+            live.append(group)
+        acc = sums.setdefault((group.agent_name, group.status), [0] * (2 + len(SUMS)))
+        for i, c in enumerate(_TOTALLED):
+            acc[i] += getattr(group, c)
     return Figures(totals=[Totals(a, s, *v) for (a, s), v in sorted(sums.items())], live=live)
 
 
@@ -158,6 +165,7 @@ def read_totals(conn: Connection, *, stale_before: datetime) -> list[Totals]:
     return read_figures(conn, stale_before=stale_before).totals
 
 
+@cache
 def pending_query() -> Select[Any]:
     """The pending approvals' count and oldest request, in one statement (one
     snapshot): the count from ``approval_totals`` plus the unfolded deltas,
