@@ -6,13 +6,15 @@ run is counted by ``store.rollup``'s totals): run counts and sums by agent
 and status, the stale count, the fair-share lines (per tenant and agent:
 slots held, runs queued, runs throttled and the oldest throttled wait;
 ``store.sharing.QueueLine``) and the unserved runs (per agent and version).
-They were three statements, each reading every live row; live rows sit one
-to a heap page once laps and renewals have moved them (10,000 rows on 9,286
-pages in the seeded database of BENCHMARKS.md), so each read cost about as
-much as the others, 14-30 ms on a quiet machine. Grouped by (tenant, agent,
-version, shown status) with every aggregate those figures need, the rows are
-read once and the caller sums the groups the ways it needs: exact, since
-every figure is a sum (or a minimum) over a disjoint union of groups.
+They were three statements, each reading every live row, and a live row
+costs a heap page of its own once an update that cannot be HOT (a status
+change, a renewed lease) has moved it (10,000 rows on 9,286 pages in the
+seeded database of BENCHMARKS.md after ``bench.scale``'s renewals), so each
+read cost about as much as the others: 11-30 ms at load 1-3. Grouped by
+(tenant, agent, version, shown status) with every aggregate those figures
+need, the rows are read once and the caller sums the groups the ways it
+needs: exact, since every figure is a sum (or a minimum) over a disjoint
+union of groups.
 """
 
 from __future__ import annotations

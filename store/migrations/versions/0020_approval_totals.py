@@ -7,8 +7,8 @@ Create Date: 2026-12-02
 Why (BENCHMARKS.md, "The metrics scrape at a million runs"): after
 ``0017_metrics_rollup`` the scrape's pending-approval count was its one read
 that grew with undecided work rather than live runs: a count over every
-pending approval (50,000 in the seeded database: a sequential scan, 18-23 ms
-on a quiet machine, 100-270 ms loaded; under the tenancy policy the planner
+pending approval (50,000 in the seeded database: a sequential scan, 11-25 ms
+at load 1-3, 100-270 ms at load 14-24; under the tenancy policy the planner
 never counts them from ``ix_approvals_pending`` alone). Now, as for the run
 totals:
 
