@@ -4,8 +4,11 @@ Everything is read from Postgres at scrape time, because Postgres is the
 truth: one exporter sees the whole fleet, however many workers come and go,
 and a worker killed mid-lap loses no metric. Run counts, cost, tokens and
 recoveries come from ``store.rollup`` (live runs counted from their rows,
-settled runs from totals the database keeps by trigger): exact at the scrape,
-at a cost that does not grow with the run table. Counters that the run rows do
+settled runs from totals the database keeps by trigger), as do the pending
+approvals: exact at the scrape, at a cost that grows with neither the run nor
+the approval table, only with the live (queued, running) runs, whose rows are
+read once per scrape for the counts, the fair-share lines and the unserved
+runs alike (``store.census``). Counters that the run rows do
 not hold (laps committed, retries, budget hits, lap durations) are read
 incrementally from the append-only event log, from where it ended when the
 exporter started (``EventCounters``), so a scrape costs only the events since
@@ -37,6 +40,7 @@ from agent_worker.settings import Settings
 from agent_worker.sharemetrics import ShareCollector
 from agent_worker.vocabulary import RUN_STATUSES
 from store import stats
+from store.sharing import QueueLine
 from store.sql import SqlStore
 
 log = logging.getLogger(__name__)
@@ -162,8 +166,9 @@ class StoreCollector(Collector):
         self.stale_after = timedelta(seconds=settings.stale_after_seconds)
         self.events = EventCounters()
         self._lock = threading.Lock()  # the HTTP server scrapes from several threads
-        #: The last scrape's ``agent_worker_store_up`` (read by ShareCollector).
-        self.store_up = True
+        #: The last scrape's fair-share lines, ``None`` if it could not read
+        #: the store (exported by ShareCollector, which runs next).
+        self.queue_lines: list[QueueLine] | None = None
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -175,11 +180,11 @@ class StoreCollector(Collector):
                 self.events.update(self.store, now)
             except Exception as e:
                 log.warning("metrics scrape could not read the store: %s", e)
-                self.store_up = False
+                self.queue_lines = None
                 up.add_metric([], 0)
                 yield up
                 return
-            self.store_up = True
+            self.queue_lines = snap.queue_lines
             up.add_metric([], 1)
             yield up
             yield from self._gauges(snap, now)
@@ -250,7 +255,7 @@ def registry_for(store: SqlStore, settings: Settings) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     collector = StoreCollector(store, settings)
     registry.register(collector)
-    registry.register(ShareCollector(store, lambda: collector.store_up))
+    registry.register(ShareCollector(lambda: collector.queue_lines))
     return registry
 
 

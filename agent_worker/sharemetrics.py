@@ -4,35 +4,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from store.sharing import ShareStore
+from store.sharing import QueueLine
 
 _LABELS = ["tenant", "agent"]
 
 
 class ShareCollector(Collector):
-    """Reads ``ShareStore.queue_lines`` on each scrape (a failing read is
-    ``agent_worker_store_up``'s to report: this one then yields nothing).
+    """Exports the queue lines the store collector read in the same scrape
+    (``lines``: it runs first; ``None`` when it could not read the store,
+    which ``agent_worker_store_up`` reports: this one then yields nothing).
 
-    ``store_up`` is the store collector's verdict of the same scrape (it runs
-    first): when the store is down this one does not wait out the store's
-    retry deadline again, so the scrape says "store down" within seconds."""
+    It reads nothing itself: the lines are sums over the same read of the
+    live runs as the run counts (``store.census``), which read them once
+    instead of twice, and a scrape with the store down says so within the
+    store collector's deadline instead of waiting it out again here."""
 
-    def __init__(self, store: ShareStore, store_up: Callable[[], bool] = lambda: True) -> None:
-        self.store = store
-        self.store_up = store_up
+    def __init__(self, lines: Callable[[], Sequence[QueueLine] | None]) -> None:
+        self.lines = lines
 
     def collect(self) -> Iterator[Metric]:
-        if not self.store_up():
-            return
-        try:
-            lines = self.store.queue_lines(now=datetime.now(UTC))
-        except Exception:
+        lines = self.lines()
+        if lines is None:
             return
         families = {
             "in_flight": GaugeMetricFamily(

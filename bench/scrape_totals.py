@@ -41,8 +41,7 @@ def full(conn: Connection) -> dict[tuple[str, str], tuple[int, ...]]:
 
 def rolled(conn: Connection) -> dict[tuple[str, str], tuple[int, ...]]:
     rows = rollup.read_totals(conn, stale_before=datetime.now(UTC))
-    out = {(str(r.agent_name), str(r.status)): (int(r.runs), *(int(r._mapping[c])
-                                                               for c in rollup.SUMS))
+    out = {(r.agent_name, r.status): (r.runs, *(int(getattr(r, c)) for c in rollup.SUMS))
            for r in rows}
     return {k: v for k, v in out.items() if any(v)}
 

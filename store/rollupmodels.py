@@ -51,3 +51,30 @@ class RunTotalDeltaRow(Base):
     input_tokens: Mapped[int] = mapped_column(BigInteger)
     output_tokens: Mapped[int] = mapped_column(BigInteger)
     recoveries: Mapped[int] = mapped_column(BigInteger)
+
+
+class ApprovalTotalsRow(Base):
+    """How many approvals are in each status, as of the last fold
+    (``store.rollup``): the scrape's pending count reads this instead of the
+    approvals, whose pending ones are as many as humans leave undecided.
+    Written only by the fold."""
+
+    __tablename__ = "approval_totals"
+
+    status: Mapped[str] = mapped_column(String(20), primary_key=True)
+    approvals: Mapped[int] = mapped_column(BigInteger)
+
+
+class ApprovalTotalDeltaRow(Base):
+    """One change to ``approval_totals`` not folded yet, appended by the
+    triggers of migration ``0020_approval_totals`` when an approval is
+    requested (+1), decided or timed out (-1 from pending, +1 to its
+    outcome) or deleted (-1)."""
+
+    __tablename__ = "approval_total_deltas"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    status: Mapped[str] = mapped_column(String(20))
+    approvals: Mapped[int] = mapped_column(BigInteger)

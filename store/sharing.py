@@ -7,21 +7,20 @@ implements it over the SQL store's engine (a mixin of ``SqlStore``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from sqlalchemy import Connection, Table, case, delete, func, literal_column, select
+from sqlalchemy import Connection, Table, case, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from store import admitting, ratelimit
 from store.admitting import Policy, provider_pauses
 from store.base import DueLap
+from store.census import LiveGroup, live_select
 from store.dbtime import db_time, read_now
-from store.models import ShareLimitRow, UTCDateTime
-from store.rows import runs
-from store.runstatus import waiting_turn
+from store.models import ShareLimitRow
 from store.sqlbase import SqlBase
 
 share_limits: Table = ShareLimitRow.__table__  # type: ignore[assignment]
@@ -141,27 +140,28 @@ class SqlShareStore(SqlBase):
 
     def queue_lines(self, *, now: datetime) -> list[QueueLine]:
         def read(conn: Connection) -> list[QueueLine]:
-            at = read_now(conn, now)
-            throttled = runs.c.admitted_lap == admitting.THROTTLED
-            queued = waiting_turn()
-            tenant = func.coalesce(runs.c.tenant, literal_column("''"))
-            rows = conn.execute(
-                select(tenant.label("tenant"), runs.c.agent_name,
-                       func.sum(case((admitting.holds_slot(), 1), else_=0)),
-                       func.sum(case((queued, 1), else_=0)),
-                       func.sum(case((queued & throttled, 1), else_=0)),
-                       func.min(case((queued & throttled, runs.c.enqueued_at)),
-                                type_=UTCDateTime()))
-                .where(runs.c.status.in_(("queued", "running")))
-                .group_by(tenant, runs.c.agent_name).order_by(tenant, runs.c.agent_name)).all()
-            return [QueueLine(
-                tenant=t, agent=a, in_flight=int(f or 0), queued=int(q or 0),
-                throttled=int(th or 0),
-                oldest_wait_seconds=None if oldest is None else max(
-                    0.0, (at - oldest).total_seconds()))
-                for t, a, f, q, th, oldest in rows]
+            groups = [LiveGroup.of(r) for r in conn.execute(live_select())]
+            return lines_of(groups, at=read_now(conn, now))
 
         return self._read(read)
 
 
-__all__ = ["ANY", "QueueLine", "ShareLimit", "ShareStore", "SqlShareStore", "share_limits"]
+def lines_of(groups: Iterable[LiveGroup], *, at: datetime) -> list[QueueLine]:
+    """The queue lines the live runs of ``groups`` make (``store.census``),
+    per (tenant, agent) in that order; ``at``: the database's time now."""
+    acc: dict[tuple[str, str], list[Any]] = {}
+    for g in groups:
+        line = acc.setdefault((g.tenant or "", g.agent_name), [0, 0, 0, None])
+        line[0] += g.holding
+        line[1] += g.waiting
+        line[2] += g.throttled
+        if g.oldest_throttled is not None and (line[3] is None or g.oldest_throttled < line[3]):
+            line[3] = g.oldest_throttled
+    return [QueueLine(tenant=t, agent=a, in_flight=f, queued=q, throttled=th,
+                      oldest_wait_seconds=None if oldest is None
+                      else max(0.0, (at - oldest).total_seconds()))
+            for (t, a), (f, q, th, oldest) in sorted(acc.items())]
+
+
+__all__ = ["ANY", "QueueLine", "ShareLimit", "ShareStore", "SqlShareStore", "lines_of",
+           "share_limits"]

@@ -1,7 +1,7 @@
 """Aggregates for operators: the metrics exporter and the CLI's progress view
-(read-only, but for folding the run totals of ``store.rollup``). Kept out of
-the ``Store`` protocol because the lap engine never needs them; each function
-is one or two queries however many runs exist.
+(read-only, but for folding the totals of ``store.rollup``). Kept out of the
+``Store`` protocol because the lap engine never needs them; each function is
+one or two queries however many runs exist.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from sqlalchemy import Connection, and_, func, select
 
 from agent_worker.errors import RetriableStoreError
 from store import rollup
+from store.census import LiveGroup
 from store.dbtime import read_now
 from store.retry import with_retry
-from store.rows import approvals, checkpoints, events, runs
-from store.runstatus import waiting_turn
+from store.rows import checkpoints, events
+from store.sharing import QueueLine, lines_of
 from store.sql import SqlStore
 from store.sweeping import live_versions
 
@@ -64,6 +65,8 @@ class Snapshot:
     oldest_pending_approval: datetime | None = None
     #: Queued runs per (agent, version) that no live worker serves.
     unserved: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: The fair-share lines (``ShareStore.queue_lines``), from the same read.
+    queue_lines: list[QueueLine] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -77,10 +80,12 @@ class EventRow:
 
 
 def snapshot(store: SqlStore, *, stale_before: datetime, fold: bool = True) -> Snapshot:
-    """Runs by status and agent, stale runs, pending approvals and runs of
-    versions nobody serves (three queries), none of which reads the run table
-    beyond its live (queued, running) rows: settled runs come from
-    ``store.rollup``'s totals, exact as of the query's snapshot.
+    """Runs by status and agent, stale runs, pending approvals, runs of
+    versions nobody serves and the fair-share lines (three queries and the
+    database's time), none of which reads a run row but the live (queued,
+    running) ones, each once, nor an approval row but the oldest pending:
+    settled runs and the pending count come from ``store.rollup``'s totals,
+    exact as of the query's snapshot.
 
     With ``fold`` (the exporter's scrape), first folds the deltas appended
     since the last fold, so the next read stays short; a fold that fails is
@@ -98,38 +103,39 @@ def snapshot(store: SqlStore, *, stale_before: datetime, fold: bool = True) -> S
             # deadline again, and a scrape must answer "store down" promptly.
             raise
         except Exception as e:  # the read below does not depend on it
-            log.warning("could not fold the run totals: %s", e)
+            log.warning("could not fold the rollups: %s", e)
 
     def read(conn: Connection) -> Snapshot:
+        figures = rollup.read_figures(conn, stale_before=stale_before)
         by_status: dict[str, int] = {}
         by_agent: dict[str, AgentTotals] = {}
-        stale_runs = 0
-        for r in rollup.read_totals(conn, stale_before=stale_before):
-            by_status[r.status] = by_status.get(r.status, 0) + int(r.runs)
+        for r in figures.totals:
+            by_status[r.status] = by_status.get(r.status, 0) + r.runs
             t = by_agent.get(r.agent_name, AgentTotals())
             by_agent[r.agent_name] = AgentTotals(
-                runs=t.runs + int(r.runs), cost_micros=t.cost_micros + int(r.cost_micros),
-                input_tokens=t.input_tokens + int(r.input_tokens),
-                output_tokens=t.output_tokens + int(r.output_tokens),
-                recoveries=t.recoveries + int(r.recoveries))
-            stale_runs += int(r.stale)
-        pending, oldest = conn.execute(
-            select(func.count(), func.min(approvals.c.requested_at))
-            .where(approvals.c.status == "pending")
-        ).one()
-        return Snapshot(runs_by_status=by_status, by_agent=by_agent, stale_runs=stale_runs,
+                runs=t.runs + r.runs, cost_micros=t.cost_micros + r.cost_micros,
+                input_tokens=t.input_tokens + r.input_tokens,
+                output_tokens=t.output_tokens + r.output_tokens,
+                recoveries=t.recoveries + r.recoveries)
+        pending, oldest = conn.execute(rollup.pending_query()).one()
+        at = read_now(conn, datetime.now(UTC))
+        return Snapshot(runs_by_status=by_status, by_agent=by_agent,
+                        stale_runs=sum(r.stale for r in figures.totals),
                         pending_approvals=int(pending),
-                        oldest_pending_approval=_aware(oldest), unserved=_unserved(conn))
+                        oldest_pending_approval=_aware(oldest),
+                        unserved=_unserved(conn, figures.live, at),
+                        queue_lines=lines_of(figures.live, at=at))
 
     return _read(store, read)
 
 
 def refresh(store: SqlStore, *, max_batches: int = 10) -> int:
-    """Fold pending run-total deltas, a batch per transaction, until none is
-    left, another folder holds the lock, or ``max_batches`` (a scrape must
-    stay short; the rest waits for the next). Returns how many were folded."""
+    """Fold the pending deltas of every rollup (runs and approvals), a batch
+    per transaction, until none is left, another folder holds the lock, or
+    ``max_batches`` (a scrape must stay short; the rest waits for the next).
+    Returns how many were folded."""
     done = 0
-    for _ in range(max_batches):
+    for _ in range(max_batches):  # each folds up to FOLD_BATCH of every rollup
         def attempt() -> int:
             with store.engine.begin() as conn:
                 return rollup.fold(conn)
@@ -141,15 +147,17 @@ def refresh(store: SqlStore, *, max_batches: int = 10) -> int:
     return done
 
 
-def _unserved(conn: Connection) -> dict[tuple[str, str], int]:
+def _unserved(conn: Connection, live: list[LiveGroup], at: datetime
+              ) -> dict[tuple[str, str], int]:
     """Queued runs of versions whose queue no live worker consumes: the sweeper
     does not re-send them (it would only grow the queue) until one does."""
-    live = live_versions(conn, read_now(conn, datetime.now(UTC)))
-    rows = conn.execute(
-        select(runs.c.agent_name, runs.c.agent_version, func.count().label("n"))
-        .where(waiting_turn()).group_by(runs.c.agent_name, runs.c.agent_version))
-    return {(r.agent_name, r.agent_version): int(r.n) for r in rows
-            if (r.agent_name, r.agent_version) not in live}
+    served = live_versions(conn, at)
+    out: dict[tuple[str, str], int] = {}
+    for g in live:
+        key = (g.agent_name, g.agent_version)
+        if g.waiting and key not in served:
+            out[key] = out.get(key, 0) + g.waiting
+    return out
 
 
 def events_after(store: SqlStore, after_id: int, kinds: Sequence[str], *,

@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, delete, select, update
 
+from agent_worker.messages import Message
 from agent_worker.vocabulary import TERMINAL
 from store.admitting import THROTTLED
+from store.base import NewRun
 from store.db import make_engine
 from store.rows import approvals, checkpoints, effects, events, messages, runs, signals
 from store.runstatus import waiting_turn
@@ -23,6 +25,15 @@ def _erase(conn: Connection, run_ids: Sequence[str]) -> None:
     for t in (messages, checkpoints, effects, events, signals, approvals):
         conn.execute(delete(t).where(t.c.run_id.in_(run_ids)))
     conn.execute(delete(runs).where(runs.c.id.in_(run_ids)))
+
+
+def new_run(run_id: str, agent: str = "a", *, now: datetime, tenant: str | None = "t1",
+            version: str = "1") -> NewRun:
+    """A queued run of ``agent`` with one user message and an empty checkpoint."""
+    return NewRun(id=run_id, tenant=tenant, agent_name=agent, agent_version=version,
+                  input={}, limits={}, retention="full",
+                  checkpoint={"schema_version": 2, "message_count": 1}, schema_version=2,
+                  messages=[Message(role="user", content="hi")], now=now)
 
 
 def delete_run(store: SqlStore, run_id: str) -> None:

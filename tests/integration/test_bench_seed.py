@@ -1,7 +1,8 @@
 """``bench.seed`` at a tiny size: the rows a million-run benchmark stands on
-are rows the store reads as its own, and the seed leaves the schema exactly as
+are rows the store reads as its own, the metrics rollup holds what its
+triggers would have made of them, and the seed leaves the schema exactly as
 the migrations made it (indexes rebuilt, row-level security forced again, the
-events trigger back on)."""
+triggers back on)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from sqlalchemy import func, select
 
 from bench.common import create_database, drop_database, libpq_url, sa_url
+from bench.scrape_totals import full, rolled
 from bench.seed import FILLED, Shape, run_id, seed
+from store import rollup
 from store.listing import RunFilter, search_runs
 from store.migrate import upgrade
+from store.rows import approvals
 from store.sql import SqlStore
 
 pytestmark = pytest.mark.integration
@@ -26,7 +31,9 @@ SELECT (SELECT array_agg(indexrelid::regclass::text ORDER BY indexrelid::regclas
        (SELECT array_agg(relname::text ORDER BY relname) FROM pg_class
         WHERE relname = ANY(%(t)s::text[]) AND relforcerowsecurity),
        (SELECT tgenabled FROM pg_trigger WHERE tgname = 'events_order_notify'),
-       (SELECT tgenabled FROM pg_trigger WHERE tgname = 'run_labels_from_run')
+       (SELECT tgenabled FROM pg_trigger WHERE tgname = 'run_labels_from_run'),
+       (SELECT array_agg(tgname::text || tgenabled::text ORDER BY tgname) FROM pg_trigger
+        WHERE tgname IN ('run_totals_insert', 'approval_totals_insert'))
 """
 
 
@@ -39,7 +46,8 @@ def seeded(database_url: str) -> Iterator[tuple[str, tuple[object, ...]]]:
         with psycopg.connect(libpq_url(url)) as conn:
             before = conn.execute(SCHEMA, {"t": list(FILLED)}).fetchone()
         assert before is not None
-        seed(url, Shape(finished=50, paused=10, active=4))
+        counts = seed(url, Shape(finished=50, paused=10, active=4))
+        assert counts["runs"] == 64
         yield url, tuple(before)
     finally:
         drop_database(name)
@@ -65,5 +73,32 @@ def test_seeded_runs_read_back_through_the_store(
             page = search_runs(c, RunFilter(labels={"queue": "vip"}, tenant="tenant-10"),
                                cursor=None, limit=10)
         assert [r.id for r in page.runs] == [run_id(10)]
+    finally:
+        store.engine.dispose()
+
+
+def test_seeded_rollups_equal_a_full_aggregation(
+        seeded: tuple[str, tuple[object, ...]]) -> None:
+    url, _ = seeded
+    store = SqlStore(sa_url(url))
+    try:
+        with store.engine.connect() as conn:
+            table = conn.execute(rollup.run_totals.select()).all()
+            reference = full(conn)
+            by_status: dict[str, int] = dict(conn.execute(
+                select(approvals.c.status, func.count()).group_by(approvals.c.status)).all())
+            approval_table: dict[str, int] = dict(
+                conn.execute(rollup.approval_totals.select()).all())
+            # the seed wrote totals, not deltas
+            assert [rollup.unfolded(conn, r) for r in rollup.ROLLUPS] == [0, 0]
+            assert rolled(conn) == reference  # the scrape's reading, live rows included
+            pending = conn.execute(rollup.pending_query()).one()
+        folded = {(r.agent_name, r.status): (r.runs, *(r._mapping[c] for c in rollup.SUMS))
+                  for r in table}
+        assert folded == {k: v for k, v in reference.items() if k[1] in rollup.SETTLED}
+        assert {s for _, s in folded} == {"succeeded", "failed", "cancelled", "waiting",
+                                          "sleeping"}
+        assert approval_table == by_status == {"pending": 5}
+        assert pending.pending == 5 and pending.oldest is not None
     finally:
         store.engine.dispose()

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from store.migrate import upgrade
 from store.sql import SqlStore
+from tests.conftest import PG_ADMIN
+from tests.support import drop_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -23,3 +27,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     s = SqlStore(url)
     yield s
     s.dispose()
+
+
+@pytest.fixture
+def empty_db(database_url: str) -> Iterator[str]:
+    """The URL of a new, empty Postgres database (dropped afterwards), for
+    tests that migrate one from scratch."""
+    name = f"aw_mig_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    yield database_url.rsplit("/", 1)[0] + "/" + name
+    drop_database(admin, name)
+    admin.dispose()

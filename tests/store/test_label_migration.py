@@ -14,7 +14,6 @@ from alembic import command
 from sqlalchemy import create_engine, text
 
 from store.migrate import alembic_config, upgrade
-from tests.store.test_migrations import empty_db  # noqa: F401  (the fixture)
 from tests.support import wait_for
 
 BEFORE = "0015_scale_indexes"

@@ -5,30 +5,15 @@ every earlier revision) reach a schema equal to the models, and concurrent
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from store.migrate import MIGRATIONS, alembic_config, current, upgrade
 from store.models import Base
-from tests.conftest import PG_ADMIN
-from tests.support import drop_database
-
-
-@pytest.fixture
-def empty_db(database_url: str) -> Iterator[str]:
-    name = f"aw_mig_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    yield database_url.rsplit("/", 1)[0] + "/" + name
-    drop_database(admin, name)
-    admin.dispose()
 
 
 def _revisions() -> list[str]:
