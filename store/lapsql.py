@@ -17,6 +17,7 @@ from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
 from store import (
     audit,
     children,
+    hotsql,
     lapcommit,
     pauses,
     rollup,
@@ -47,6 +48,7 @@ from store.rows import (
     message_body,
     messages,
     record_event_tx,
+    run_of,
     runs,
     served_versions,
     signals,
@@ -85,14 +87,14 @@ class SqlLapStore(SqlBase):
             params["served"] = list(served)
 
         def tx(conn: Connection) -> tuple[Claim, Known] | None:
-            row = conn.execute(statement, params).first()
+            row = hotsql.first(conn, statement, params)
             if row is None:
                 return None
-            run = to_run(row)
-            edits = _state.pending_edits(conn, run_id) if row.has_edits else []
-            if known is not None and _still(known, run, row.last_seq):
+            run = run_of(row)
+            edits = _state.pending_edits(conn, run_id) if row["has_edits"] else []
+            if known is not None and _still(known, run, row["last_seq"]):
                 return _claim_of(run, lap, owner, known, edits), known
-            state: dict[str, Any] = (row.checkpoint_state if known is None else conn.execute(
+            state: dict[str, Any] = (row["checkpoint_state"] if known is None else conn.execute(
                 statements.CHECKPOINT, {"run_id": run_id, "lap": lap}).scalar_one())
             return _load(conn, run, lap, owner, state, window_messages, edits)
 
@@ -125,9 +127,9 @@ class SqlLapStore(SqlBase):
         self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
     ) -> Message:
         def tx(conn: Connection) -> Message:
-            inserted = conn.execute(statements.JOURNAL[conn.dialect.name], {
+            inserted = hotsql.first(conn, statements.JOURNAL[conn.dialect.name], {
                 "run_id": run_id, "seq": seq, "lap": lap, "owner": owner, "now": now,
-                "body": message_body(message)}).first()
+                "body": message_body(message)})
             if inserted is not None:
                 return message
             fence(conn, run_id, lap, owner, now, cancel=True)
@@ -196,7 +198,7 @@ class SqlLapStore(SqlBase):
                 commit.new_approvals or commit.delivered_signals or commit.applied_edits
                 or commit.update.status == "waiting" or commit.update.status in TERMINAL):
             return self._remember(commit, self._autocommit(
-                lambda c: lapcommit.write(c, values), durable=True))
+                lambda c: lapcommit.write_alone(c, values), durable=True))
 
         def tx(conn: Connection) -> bool:
             if not lapcommit.write(conn, values):
