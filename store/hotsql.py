@@ -7,23 +7,21 @@ bind and result processing, a result object built from the cursor's
 description (about a fifth of the lap's client CPU in a profile). Here the
 *same* SQLAlchemy statements (``store.statements``, ``store.lapcommit``: one
 description stays the source of truth) are compiled by SQLAlchemy once per
-process into the very SQL text it sends itself, and run on the psycopg
-connection under the caller's SQLAlchemy ``Connection`` as server-side
-prepared statements.
+process into the very SQL text it sends itself, and run on a pooled psycopg
+connection as server-side prepared statements (``store.hotconn`` checks it
+out).
 
 What must not change does not:
 
 - values are converted as SQLAlchemy's column types convert them, explicitly
   (``store.pgtypes``; a type it does not name is refused at compile time);
-- the statement runs on the connection the pool handed the caller, in its
-  state (autocommit on the lap path, the relaxed or the durable engine);
 - a driver error is raised as the SQLAlchemy exception SQLAlchemy would have
   raised, and a disconnect invalidates the connection and the pool as
   SQLAlchemy does, so ``store.retry`` retries exactly what it retried before;
 - inside a tenant scope (``store.tenancy``: SQLAlchemy's ``begin`` hook
-  refuses a scoped transaction on a connection that bypasses row-level
-  security) and on any other dialect or driver the statement goes through
-  SQLAlchemy, unchanged.
+  narrows the transaction, or refuses it on a connection that bypasses
+  row-level security) and on any other dialect or driver, ``applies`` says
+  no and SQLAlchemy sends the statement, unchanged.
 """
 
 from __future__ import annotations
@@ -33,9 +31,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Connection
+from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -43,31 +42,58 @@ from store import tenancy
 from store.pgtypes import Converter, bind_converter, result_converter
 
 
-def rows(conn: Connection, statement: Executable,
-         params: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """Every row ``statement`` returns, as mappings by column name."""
-    plan = _plan(conn, statement, params)
-    if plan is None:
-        return [cast(Mapping[str, Any], row)
-                for row in conn.execute(statement, params).mappings()]
-    return [plan.mapping(row) for row in _run(conn, plan, params)]
+def applies(engine: Engine) -> bool:
+    """Whether psycopg itself may send the hot statements on ``engine`` now:
+    Postgres through psycopg, outside any tenant scope."""
+    return engine.dialect.driver == "psycopg" and tenancy.current() is None
 
 
-def first(conn: Connection, statement: Executable,
-          params: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The first row ``statement`` returns, or ``None``."""
-    found = rows(conn, statement, params)
-    return found[0] if found else None
+def checkout(engine: Engine) -> PoolProxiedConnection:
+    """A connection of ``engine``'s pool in autocommit, without SQLAlchemy's
+    ``Connection`` around it; give it back with ``release``. Raises as
+    ``Engine.connect()`` would (a server that is restarting: retriable)."""
+    try:
+        connection = engine.raw_connection()
+    except psycopg.Error as e:
+        raise _translated(engine, None, e, None) from e
+    try:
+        _driver(connection).autocommit = True
+    except psycopg.Error as e:
+        raise _translated(engine, connection, e, None) from e
+    return connection
 
 
-def scalar(conn: Connection, statement: Executable, params: Mapping[str, Any]) -> Any:
-    """The one value of the one row ``statement`` returns."""
-    plan = _plan(conn, statement, params)
-    if plan is None:
-        return conn.execute(statement, params).scalar_one()
-    (row,) = _run(conn, plan, params)
-    (value,) = plan.mapping(row).values()
-    return value
+def release(connection: PoolProxiedConnection) -> None:
+    """Give back a connection from ``checkout`` as SQLAlchemy expects its
+    pool's connections: out of autocommit. One a disconnect invalidated is
+    back in the pool already (``_translated``)."""
+    if not connection.is_valid:
+        return
+    try:
+        _driver(connection).autocommit = False
+    except psycopg.Error as e:  # it died meanwhile: never hand it out again
+        connection.invalidate(e)
+        return
+    connection.close()
+
+
+def run(engine: Engine, connection: PoolProxiedConnection, statement: Executable,
+        params: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Send ``statement`` with ``params`` on ``connection`` (checked out of
+    ``engine``'s pool, in the transaction state the caller set) and return
+    its rows as mappings by column name. Raises as SQLAlchemy would
+    (``_translated``)."""
+    plan = _plan(engine.dialect, statement, params)
+    try:
+        found = _driver(connection).execute(plan.sql, plan.values(params),
+                                            prepare=True).fetchall()
+    except Exception as e:
+        raise _translated(engine, connection, e, plan.text) from e
+    return [plan.mapping(row) for row in found]
+
+
+def _driver(connection: PoolProxiedConnection) -> psycopg.Connection[tuple[Any, ...]]:
+    return cast("psycopg.Connection[tuple[Any, ...]]", connection.driver_connection)
 
 
 @dataclass(frozen=True)
@@ -162,13 +188,7 @@ class _Compiled:
 _compiled: dict[tuple[Executable, type[Dialect], Any], _Compiled] = {}
 
 
-def _plan(conn: Connection, statement: Executable,
-          params: Mapping[str, Any]) -> _Plan | None:
-    """The plan to run ``statement`` through psycopg on ``conn``, or ``None``
-    to run it through SQLAlchemy (not psycopg, or inside a tenant scope)."""
-    dialect = conn.dialect
-    if dialect.driver != "psycopg" or tenancy.current() is not None:
-        return None
+def _plan(dialect: Dialect, statement: Executable, params: Mapping[str, Any]) -> _Plan:
     key = (statement, type(dialect), dialect.server_version_info)
     compiled = _compiled.get(key)
     if compiled is None:
@@ -176,32 +196,25 @@ def _plan(conn: Connection, statement: Executable,
     return compiled.plan(params)
 
 
-def _run(conn: Connection, plan: _Plan, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    pg: psycopg.Connection[tuple[Any, ...]] = conn.connection.driver_connection  # type: ignore[assignment]
-    try:
-        return pg.execute(plan.sql, plan.values(params), prepare=True).fetchall()
-    except Exception as e:
-        raise _translated(conn, e, plan.text) from e
-
-
-def _translated(conn: Connection, e: Exception, sql: str) -> StatementError:
-    """``e`` as SQLAlchemy raises it (``Connection._handle_dbapi_exception``):
-    a driver error as the ``DBAPIError`` subclass ``store.retry`` decides on,
-    a value its type refused (a naive datetime) as a ``StatementError``,
-    parameters hidden as the engine hides them; on a disconnect, this
-    connection invalidated and the pool told to recycle every connection
-    older than now (a Postgres restart killed them all: without it, each
-    retry of ``store.retry`` would draw the next dead connection)."""
-    dialect = conn.dialect
-    fairy = conn.connection
-    disconnect = isinstance(e, psycopg.Error) and bool(
-        dialect.is_disconnect(cast(Any, e), fairy.dbapi_connection, None))
+def _translated(engine: Engine, connection: PoolProxiedConnection | None, e: Exception,
+                sql: str | None) -> StatementError:
+    """``e`` as SQLAlchemy raises it (``Connection._handle_dbapi_exception``,
+    or ``_handle_dbapi_exception_noconnection`` when there is no connection
+    yet): a driver error as the ``DBAPIError`` subclass ``store.retry``
+    decides on, a value its type refused (a naive datetime) as a
+    ``StatementError``, parameters hidden as the engine hides them. On a
+    disconnect the connection is invalidated (which also returns it to the
+    pool) and the pool told to recycle every connection older than now: a
+    Postgres restart killed them all, and without it each retry of
+    ``store.retry`` would draw the next dead one."""
+    dialect = engine.dialect
+    disconnect = isinstance(e, psycopg.Error) and connection is not None and bool(
+        dialect.is_disconnect(cast(Any, e), connection.dbapi_connection, None))
     if disconnect:
-        conn.engine.pool._invalidate(fairy, e)
-        conn.invalidate(e)
+        engine.pool._invalidate(cast(Any, connection), e)
     return DBAPIError.instance(
-        sql, None, e, psycopg.Error, hide_parameters=conn.engine.hide_parameters,
+        sql, None, e, psycopg.Error, hide_parameters=engine.hide_parameters,
         connection_invalidated=disconnect, dialect=dialect)
 
 
-__all__ = ["first", "rows", "scalar"]
+__all__ = ["applies", "checkout", "release", "run"]

@@ -42,9 +42,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_worker.vocabulary import TERMINAL, wait_text
-from store import hotsql
 from store.base import LapCommit
 from store.dbtime import db_now
+from store.hotconn import HotConnection
 from store.models import UTCDateTime
 from store.rows import checkpoints, events, message_body, messages, runs
 from store.runstatus import stored
@@ -157,11 +157,11 @@ _MESSAGE = (sqlite.insert(messages).values(
     .on_conflict_do_nothing())
 
 
-def write_alone(conn: Connection, values: dict[str, Any]) -> bool:
+def write_alone(conn: HotConnection, values: dict[str, Any]) -> bool:
     """``write`` on Postgres in autocommit, as the lap's hot path runs it: the
     one statement through psycopg itself (``store.hotsql``), one round trip
     and, committing on its own, one fsync."""
-    return int(hotsql.scalar(conn, ONE_STATEMENT, values)) == 1
+    return int(conn.scalar(ONE_STATEMENT, values)) == 1
 
 
 def write(conn: Connection, values: dict[str, Any]) -> bool:

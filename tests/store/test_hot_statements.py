@@ -21,7 +21,7 @@ from sqlalchemy.exc import DataError, StatementError
 from sqlalchemy.sql import Executable
 
 from agent_worker.messages import Message, ToolCall
-from store import hotsql, lapcommit, statements, tenancy
+from store import hotconn, hotsql, lapcommit, statements, tenancy
 from store.base import LapCommit, NewRun, RunUpdate
 from store.models import UTCDateTime
 from store.pgtypes import bind_converter, result_converter
@@ -182,7 +182,7 @@ def test_the_hot_path_returns_and_stores_what_sqlalchemy_did(
     (window,) = sent
     assert "FROM messages" in window
     with monkeypatch.context() as m:
-        m.setattr(hotsql, "_plan", lambda *a: None)
+        m.setattr(hotsql, "applies", lambda engine: False)
         sa_laps = _laps(pg_store, through_sqlalchemy)
     assert len(sent) == 1 + 7
     assert hot_laps == sa_laps
@@ -214,12 +214,37 @@ def test_driver_errors_are_raised_as_sqlalchemy_raises_them(pg_store: SqlStore) 
     params = {"run_id": "r", "seq": "not a number", "lap": 1, "owner": "w", "now": NOW,
               "body": {}}
     journal = statements.JOURNAL["postgresql"]
+    with hotconn.pooled(pg_store.engine) as hot, pytest.raises(DataError) as raised:
+        hot.first(journal, params)
+    assert "not a number" not in str(raised.value).split("[SQL:")[-1]  # parameters hidden
+    with hotconn.pooled(pg_store.engine) as hot, pytest.raises(StatementError, match="naive"):
+        hot.first(journal, {**params, "seq": 1, "now": NOW.replace(tzinfo=None)})
+    # Each connection went back to the pool out of autocommit, as SQLAlchemy expects.
     with pg_store.engine.connect() as conn:
-        with pytest.raises(DataError) as raised:
-            hotsql.first(conn, journal, params)
-        assert "not a number" not in str(raised.value).split("[SQL:")[-1]  # parameters hidden
-    with pg_store.engine.connect() as conn, pytest.raises(StatementError, match="naive"):
-        hotsql.first(conn, journal, {**params, "seq": 1, "now": NOW.replace(tzinfo=None)})
+        assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+
+
+def test_an_attempt_never_holds_two_connections_of_a_pool(pg_store: SqlStore) -> None:
+    """A claim that cannot start from the lap cache and a journal that finds
+    an earlier attempt's output read on through SQLAlchemy, on the very
+    connection psycopg used: a threads worker's laps cannot drain the pool
+    by each holding one while waiting for a second."""
+    rid = _uid("r")
+    pg_store.create_run(_new(rid))
+    relaxed = pg_store._relaxed_engine()
+    most = [0]
+
+    def checked_out(*_: Any) -> None:
+        most[0] = max(most[0], relaxed.pool.checkedout())  # type: ignore[attr-defined]
+
+    event.listen(relaxed.pool, "checkout", checked_out)
+    claim = pg_store.claim(rid, 1, owner="w", now=NOW, lease_seconds=30, window_messages=10)
+    assert claim is not None and [m.seq for m in claim.window] == [0]
+    said = Message(role="assistant", content="first")
+    for _ in range(2):  # the second finds the first and reads it back
+        assert pg_store.journal_model_output(rid, 1, owner="w", seq=1, message=said,
+                                             now=NOW) == said
+    assert most[0] == 1
 
 
 def test_a_disconnect_is_retried_once_on_a_fresh_connection(
@@ -246,22 +271,21 @@ def test_a_disconnect_is_retried_once_on_a_fresh_connection(
 
 def test_inside_a_tenant_scope_sqlalchemy_sends_the_statement(pg_store: SqlStore) -> None:
     """A principal's scope goes through SQLAlchemy's ``begin`` hook
-    (``store.tenancy``: it narrows the transaction, or refuses it on a
+    (``store.tenancy``: it narrows a transaction, or refuses it on a
     connection bypassing row-level security): the hot path steps aside."""
     seen: list[str] = []
 
     def record(conn: Connection, cursor: Any, statement: str, *_: Any) -> None:
         seen.append(statement)
 
-    params = {"run_id": "nobody", "lap": 1, "owner": "w", "now": NOW, "expires": NOW,
-              "lease_seconds": 1}
-    with pg_store.engine.connect() as conn:
-        event.listen(conn, "before_cursor_execute", record)
-        assert hotsql.first(conn, statements.CLAIM, params) is None
-        assert seen == []
-        with tenancy.scope("t1"):
-            assert hotsql.first(conn, statements.CLAIM, params) is None
-        # the scope narrowed the transaction first, as it does for any statement
-        narrowed, claimed = seen
-        assert narrowed.startswith("SELECT set_config('agent_worker.tenant'")
-        assert claimed.startswith("UPDATE runs")
+    def claim() -> None:
+        assert pg_store.claim("nobody", 1, owner="w", now=NOW, lease_seconds=1,
+                              window_messages=10) is None
+
+    event.listen(pg_store._relaxed_engine(), "before_cursor_execute", record)
+    claim()
+    assert seen == []
+    with tenancy.scope("t1"):
+        claim()
+    (claimed,) = seen
+    assert claimed.startswith("UPDATE runs")
