@@ -173,7 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {med:.2f} ms/lap [{min(ms):.2f}-{max(ms):.2f}]"
                   f"  x{med / base:.2f} of the first tree"
                   + (f"  x{med / statistics.median(floor):.1f} of the floor" if floor else ""))
-            print(f"    this process's CPU {statistics.median(cpu[name]):.2f} ms/lap, "
+            # Paired by turn (the trees ran back to back): a drift of the
+            # shared machine's speed over the run cancels out of the ratio.
+            paired = [c / b for c, b in zip(cpu[name], cpu[str(trees[0])], strict=True)]
+            print(f"    this process's CPU {statistics.median(cpu[name]):.2f} ms/lap "
+                  f"[{min(cpu[name]):.2f}-{max(cpu[name]):.2f}]"
+                  + (f" (x{statistics.median(paired):.2f} of the first tree's, paired by "
+                     f"turn [{min(paired):.2f}-{max(paired):.2f}])" if name != str(trees[0])
+                     else "") + ", "
                   f"{statistics.median(sent[name]):.2f} statements/lap, "
                   f"{statistics.median(checkouts[name]):.2f} pool checkouts/lap, "
                   f"run-row updates HOT {statistics.median(hot[name]):.0%}")

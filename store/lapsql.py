@@ -201,7 +201,7 @@ class SqlLapStore(SqlBase):
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals or commit.applied_edits
                 or commit.update.status == "waiting" or commit.update.status in TERMINAL):
-            return self._remember(commit, self._hot(
+            return self._remember(commit, values, self._hot(
                 lambda hot: lapcommit.write_alone(hot, values), durable=True))
 
         def tx(conn: Connection) -> bool:
@@ -211,13 +211,16 @@ class SqlLapStore(SqlBase):
             _recheck_wait(conn, commit)
             return True
 
-        return self._remember(commit, self._tx(tx))
+        return self._remember(commit, values, self._tx(tx))
 
-    def _remember(self, commit: LapCommit, committed: bool) -> bool:
-        """After the fenced commit: what the next lap starts from, or nothing."""
+    def _remember(self, commit: LapCommit, values: dict[str, Any], committed: bool) -> bool:
+        """After the fenced commit: what the next lap starts from (its new
+        messages as the commit stored them, ``values`` from
+        ``lapcommit.params``), or nothing."""
         if committed and commit.update.status not in TERMINAL:
             self.lap_cache.committed(commit.run_id, commit.lap, commit.owner,
-                                     commit.checkpoint, commit.messages)
+                                     commit.checkpoint,
+                                     [(m["seq"], m["body"]) for m in values["messages"]])
         else:
             self.lap_cache.forget(commit.run_id)
         return committed
