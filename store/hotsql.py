@@ -9,7 +9,9 @@ description (about a fifth of the lap's client CPU in a profile). Here the
 description stays the source of truth) are compiled by SQLAlchemy once per
 process into the very SQL text it sends itself, and run on a pooled psycopg
 connection as server-side prepared statements (``store.hotconn`` checks it
-out).
+out). Through SQLAlchemy psycopg prepared them too, from their sixth
+execution on (its ``prepare_threshold``); now from the first, and still
+never on a connection whose ``prepare_threshold`` is ``None``.
 
 What must not change does not:
 
