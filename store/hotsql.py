@@ -61,7 +61,10 @@ def checkout(engine: Engine) -> PoolProxiedConnection:
     try:
         _driver(connection).autocommit = True
     except psycopg.Error as e:
-        raise _translated(engine, connection, e, None) from e
+        error = _translated(engine, connection, e, None)
+        if connection.is_valid:  # not a disconnect: back to the pool as it came
+            connection.close()
+        raise error from e
     return connection
 
 
