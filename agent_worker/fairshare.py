@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from agent_worker.errors import ConfigurationError
 from agent_worker.messages import Usage
@@ -34,6 +34,7 @@ from store.ratelimit import Rate
 from store.sharing import ANY, ShareLimit, ShareStore
 
 if TYPE_CHECKING:
+    from agent_worker.agent import Agent
     from agent_worker.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -41,10 +42,32 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LimitsCache:
-    """The limits table as one process last read it."""
+    """The limits table as one process last read it, and what the lap path
+    derives from it and the process's configuration, kept because every lap
+    asked for it twice (``gate`` and ``used``): the policy (``_Built``) and
+    whether the runtime's store admits at all (``_share_store``)."""
 
     rows: list[ShareLimit] = field(default_factory=list)
     read_at: float = float("-inf")
+    built: _Built | None = None
+    checked: object = None
+    shares: bool = False
+
+
+@dataclass(frozen=True)
+class _Built:
+    """A policy and what it was built from: the settings and the registered
+    agents (frozen definitions, compared by identity) and the table's read."""
+
+    settings: Settings
+    agents: tuple[Agent, ...]
+    read_at: float
+    policy: Policy
+
+    def still(self, settings: Settings, agents: list[Agent], read_at: float) -> bool:
+        return (settings is self.settings and read_at == self.read_at
+                and len(agents) == len(self.agents)
+                and all(a is b for a, b in zip(agents, self.agents, strict=True)))
 
 
 def provider_caps(text: str, name: str = "AGENT_WORKER_PROVIDER_CONCURRENCY"
@@ -141,15 +164,36 @@ def agent_shares(rt: Runtime) -> dict[str, AgentShare]:
 
 
 def policy(rt: Runtime) -> Policy:
-    """The policy in force for this process, the table re-read when stale."""
+    """The policy in force for this process, the table re-read when stale;
+    built again only when the table, the settings or the agents changed."""
+    cache = _cache(rt)
+    store = _share_store(rt)
+    if (store is not None
+            and time.monotonic() - cache.read_at >= rt.settings.share_refresh_seconds):
+        cache.rows, cache.read_at = store.share_limits(), time.monotonic()
+    agents = rt.registry.all()
+    if cache.built is None or not cache.built.still(rt.settings, agents, cache.read_at):
+        cache.built = _Built(rt.settings, tuple(agents), cache.read_at,
+                             build_policy(rt.settings, agent_shares(rt), cache.rows))
+    return cache.built.policy
+
+
+def _cache(rt: Runtime) -> LimitsCache:
     cache = rt.share_limits
     if cache is None:
         cache = rt.share_limits = LimitsCache()
-    store = rt.store
-    if (isinstance(store, ShareStore)
-            and time.monotonic() - cache.read_at >= rt.settings.share_refresh_seconds):
-        cache.rows, cache.read_at = store.share_limits(), time.monotonic()
-    return build_policy(rt.settings, agent_shares(rt), cache.rows)
+    return cache
+
+
+def _share_store(rt: Runtime) -> ShareStore | None:
+    """``rt.store`` if it admits (a ``ShareStore``), decided once per store
+    object: isinstance against a runtime-checkable protocol inspects each of
+    its members, about 5 µs, and a lap asked four times. By the object, not
+    its class: a test's wrapper passes calls on through ``__getattr__``."""
+    cache = _cache(rt)
+    if cache.checked is not rt.store:
+        cache.checked, cache.shares = rt.store, isinstance(rt.store, ShareStore)
+    return cast(ShareStore, rt.store) if cache.shares else None
 
 
 def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap]:
@@ -161,8 +205,8 @@ def gate(rt: Runtime, laps: list[DueLap], *, sweep: bool = False) -> list[DueLap
     agent's caps): its workers' laps and the sweep, which runs on a worker of
     the maintenance queue, do. Runs it is asked to send of other agents stay
     waiting for a process that has them."""
-    store = rt.store
-    if not isinstance(store, ShareStore):
+    store = _share_store(rt)
+    if store is None:
         return laps
     try:
         current = policy(rt)
@@ -184,8 +228,8 @@ def used(rt: Runtime, run: RunRecord, lap: int, provider: str | None,
     (``store.ratelimit.correct``). Only when a rate limit is in force: one
     small statement. Never raises: a lost correction leaves the estimate,
     which ages out of the window within a minute."""
-    store = rt.store
-    if not isinstance(store, ShareStore):
+    store = _share_store(rt)
+    if store is None:
         return
     try:
         if policy(rt).rated():

@@ -32,24 +32,35 @@ from bench.walcount import held, wal_bytes
 
 _CHILD = """
 import json, sys, time, uuid
-from sqlalchemy import Engine, event
+from sqlalchemy import event
 from bench.common import create_database, drop_database
 from bench.ours import inprocess_worker, run_inprocess
 n = int(sys.argv[1])
 name = "lv_" + uuid.uuid4().hex[:8]
 url = create_database(name)
 sent = [0]
+checkouts = [0]
 try:
     w, d = inprocess_worker(url)
     run_inprocess(w, d, "warm-n20-0001", 20)
-    event.listen(Engine, "before_cursor_execute", lambda *a: sent.__setitem__(0, sent[0] + 1))
     import psycopg
+    from sqlalchemy.pool import Pool
     from bench.common import libpq_url
     with psycopg.connect(libpq_url(url), autocommit=True) as c:
         lsn0 = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+    # Counted at the driver, whichever layer sends them (SQLAlchemy or psycopg itself).
+    def counted(send):
+        def sending(self, *args, **kwargs):
+            sent[0] += 1
+            return send(self, *args, **kwargs)
+        return sending
+    psycopg.Cursor.execute = counted(psycopg.Cursor.execute)
+    psycopg.Cursor.executemany = counted(psycopg.Cursor.executemany)
+    event.listen(Pool, "checkout", lambda *a: checkouts.__setitem__(0, checkouts[0] + 1))
     cpu = time.process_time()
     ms = run_inprocess(w, d, f"lv-n{n}-0001", n) / n * 1e3
     cpu = (time.process_time() - cpu) / n * 1e3
+    statements, checked_out = sent[0], checkouts[0]
     getattr(w.rt.store, "dispose", w.rt.store.engine.dispose)()  # backends report counters at exit
     with psycopg.connect(libpq_url(url), autocommit=True) as c:
         lsn1 = c.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
@@ -63,7 +74,8 @@ try:
                 break
             time.sleep(0.1)
     print(json.dumps({"ms_per_lap": ms, "cpu_ms_per_lap": cpu,
-                      "statements_per_lap": sent[0] / n, "wal": [oid, lsn0, lsn1],
+                      "statements_per_lap": statements / n, "checkouts_per_lap": checked_out / n,
+                      "wal": [oid, lsn0, lsn1],
                       "names": names, "runs_updates": [upd, hot]}))
 finally:
     drop_database(name)
@@ -122,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         samples: dict[str, list[float]] = {str(t): [] for t in trees}
         cpu: dict[str, list[float]] = {str(t): [] for t in trees}
         sent: dict[str, list[float]] = {str(t): [] for t in trees}
+        checkouts: dict[str, list[float]] = {str(t): [] for t in trees}
         wal: dict[str, list[float]] = {str(t): [] for t in trees}
         hot: dict[str, list[float]] = {str(t): [] for t in trees}
         where: dict[str, dict[str, float]] = {str(t): {} for t in trees}
@@ -138,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 samples[str(tree)].append(got["ms_per_lap"])
                 cpu[str(tree)].append(got["cpu_ms_per_lap"])
                 sent[str(tree)].append(got["statements_per_lap"])
+                checkouts[str(tree)].append(got["checkouts_per_lap"])
                 upd, hot_upd = got["runs_updates"]
                 hot[str(tree)].append(hot_upd / max(upd, 1))
                 if found is not None:
@@ -159,8 +173,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: {med:.2f} ms/lap [{min(ms):.2f}-{max(ms):.2f}]"
                   f"  x{med / base:.2f} of the first tree"
                   + (f"  x{med / statistics.median(floor):.1f} of the floor" if floor else ""))
-            print(f"    this process's CPU {statistics.median(cpu[name]):.2f} ms/lap, "
+            # Paired by turn (the trees ran back to back): a drift of the
+            # shared machine's speed over the run cancels out of the ratio.
+            paired = [c / b for c, b in zip(cpu[name], cpu[str(trees[0])], strict=True)]
+            print(f"    this process's CPU {statistics.median(cpu[name]):.2f} ms/lap "
+                  f"[{min(cpu[name]):.2f}-{max(cpu[name]):.2f}]"
+                  + (f" (x{statistics.median(paired):.2f} of the first tree's, paired by "
+                     f"turn [{min(paired):.2f}-{max(paired):.2f}])" if name != str(trees[0])
+                     else "") + ", "
                   f"{statistics.median(sent[name]):.2f} statements/lap, "
+                  f"{statistics.median(checkouts[name]):.2f} pool checkouts/lap, "
                   f"run-row updates HOT {statistics.median(hot[name]):.0%}")
             if wal[name]:
                 per = statistics.median(wal[name])

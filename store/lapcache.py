@@ -39,7 +39,6 @@ from typing import Any
 
 from agent_worker.messages import Message
 from store.base import StoredMessage
-from store.rows import message_body
 
 #: Runs remembered per store object. An entry holds a checkpoint and a window
 #: (40 messages by default), tens of KB for typical messages; a worker whose
@@ -94,10 +93,12 @@ class LapCache:
             self._entries.pop(run_id, None)
 
     def committed(self, run_id: str, lap: int, owner: str, state: dict[str, Any],
-                  messages: Sequence[tuple[int, Message]]) -> None:
+                  bodies: Sequence[tuple[int, dict[str, Any]]]) -> None:
         """Lap ``lap`` committed (fenced) under ``owner``: the next lap starts
-        from ``state`` and the window extended by ``messages``. Without this
-        process's claim of that very lap to extend, nothing is remembered."""
+        from ``state`` and the window extended by the messages the commit
+        stored (``(seq, body)``, bodies as ``store.rows.message_body`` wrote
+        them). Without this process's claim of that very lap to extend,
+        nothing is remembered."""
         with self._lock:
             known = self._entries.pop(run_id, None)
         if known is None or known.owner != owner or known.lap != lap:
@@ -105,8 +106,7 @@ class LapCache:
         count = int(state.get("message_count", 0))
         start, summary = max(count - known.window_messages, 0), state.get("summary_seq")
         # As the database would return them: the stored JSON form, parsed.
-        fresh = [StoredMessage(seq, lap, Message.model_validate(message_body(m)))
-                 for seq, m in messages]
+        fresh = [StoredMessage(seq, lap, Message.model_validate(body)) for seq, body in bodies]
         window = tuple(m for m in (*known.window, *fresh)
                        if m.seq < count and (m.seq >= start or m.seq == summary))
         self.claimed(run_id, Known(known.created_at, lap + 1, None, known.window_messages,

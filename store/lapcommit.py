@@ -44,6 +44,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agent_worker.vocabulary import TERMINAL, wait_text
 from store.base import LapCommit
 from store.dbtime import db_now
+from store.hotconn import HotConnection
 from store.models import UTCDateTime
 from store.rows import checkpoints, events, message_body, messages, runs
 from store.runstatus import stored
@@ -156,6 +157,13 @@ _MESSAGE = (sqlite.insert(messages).values(
     .on_conflict_do_nothing())
 
 
+def write_alone(conn: HotConnection, values: dict[str, Any]) -> bool:
+    """``write`` on Postgres in autocommit, as the lap's hot path runs it: the
+    one statement through psycopg itself (``store.hotsql``), one round trip
+    and, committing on its own, one fsync."""
+    return int(conn.scalar(ONE_STATEMENT, values)) == 1
+
+
 def write(conn: Connection, values: dict[str, Any]) -> bool:
     """The fenced commit of one lap on ``conn`` (``values`` from ``params``);
     ``False``, with nothing written, when the fence failed. Never commits."""
@@ -171,4 +179,4 @@ def write(conn: Connection, values: dict[str, Any]) -> bool:
     return True
 
 
-__all__ = ["ADVANCE", "ONE_STATEMENT", "params", "write"]
+__all__ = ["ADVANCE", "ONE_STATEMENT", "params", "write", "write_alone"]

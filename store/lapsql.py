@@ -40,6 +40,7 @@ from store.base import (
 )
 from store.dbtime import db_time
 from store.edits import StateEdit
+from store.hotconn import HotConnection
 from store.lapcache import Known, LapCache
 from store.rows import (
     effects,
@@ -47,6 +48,7 @@ from store.rows import (
     message_body,
     messages,
     record_event_tx,
+    run_of,
     runs,
     served_versions,
     signals,
@@ -84,19 +86,22 @@ class SqlLapStore(SqlBase):
                          else statements.CLAIM_KNOWN_SERVED)
             params["served"] = list(served)
 
-        def tx(conn: Connection) -> tuple[Claim, Known] | None:
-            row = conn.execute(statement, params).first()
+        def tx(hot: HotConnection) -> tuple[Claim, Known] | None:
+            row = hot.first(statement, params)
             if row is None:
                 return None
-            run = to_run(row)
-            edits = _state.pending_edits(conn, run_id) if row.has_edits else []
-            if known is not None and _still(known, run, row.last_seq):
+            run = run_of(row)
+            edits = _state.pending_edits(hot.sql(), run_id) if row["has_edits"] else []
+            if known is not None and _still(known, run, row["last_seq"]):
                 return _claim_of(run, lap, owner, known, edits), known
-            state: dict[str, Any] = (row.checkpoint_state if known is None else conn.execute(
-                statements.CHECKPOINT, {"run_id": run_id, "lap": lap}).scalar_one())
-            return _load(conn, run, lap, owner, state, window_messages, edits)
+            # Past the claim, what a lap that cannot start from the cache reads
+            # goes through SQLAlchemy (on the same connection).
+            state: dict[str, Any] = (
+                row["checkpoint_state"] if known is None else hot.sql().execute(
+                    statements.CHECKPOINT, {"run_id": run_id, "lap": lap}).scalar_one())
+            return _load(hot.sql(), run, lap, owner, state, window_messages, edits)
 
-        out = self._autocommit(tx, durable=False)
+        out = self._hot(tx, durable=False)
         if out is None:
             return None
         claim, basis = out
@@ -124,19 +129,20 @@ class SqlLapStore(SqlBase):
     def journal_model_output(
         self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
     ) -> Message:
-        def tx(conn: Connection) -> Message:
-            inserted = conn.execute(statements.JOURNAL[conn.dialect.name], {
+        def tx(hot: HotConnection) -> Message:
+            inserted = hot.first(statements.JOURNAL[self.engine.dialect.name], {
                 "run_id": run_id, "seq": seq, "lap": lap, "owner": owner, "now": now,
-                "body": message_body(message)}).first()
+                "body": message_body(message)})
             if inserted is not None:
                 return message
+            conn = hot.sql()
             fence(conn, run_id, lap, owner, now, cancel=True)
             existing = conn.execute(
                 select(messages.c.body).where(messages.c.run_id == run_id, messages.c.seq == seq)
             ).scalar_one()
             return Message.model_validate(existing)
 
-        return self._autocommit(tx, durable=False)
+        return self._hot(tx, durable=False)
 
     def begin_effect(
         self, intent: EffectIntent, *, owner: str, now: datetime, fence_cancel: bool = True
@@ -195,8 +201,8 @@ class SqlLapStore(SqlBase):
         if self.engine.dialect.name == "postgresql" and not (
                 commit.new_approvals or commit.delivered_signals or commit.applied_edits
                 or commit.update.status == "waiting" or commit.update.status in TERMINAL):
-            return self._remember(commit, self._autocommit(
-                lambda c: lapcommit.write(c, values), durable=True))
+            return self._remember(commit, values, self._hot(
+                lambda hot: lapcommit.write_alone(hot, values), durable=True))
 
         def tx(conn: Connection) -> bool:
             if not lapcommit.write(conn, values):
@@ -205,13 +211,16 @@ class SqlLapStore(SqlBase):
             _recheck_wait(conn, commit)
             return True
 
-        return self._remember(commit, self._tx(tx))
+        return self._remember(commit, values, self._tx(tx))
 
-    def _remember(self, commit: LapCommit, committed: bool) -> bool:
-        """After the fenced commit: what the next lap starts from, or nothing."""
+    def _remember(self, commit: LapCommit, values: dict[str, Any], committed: bool) -> bool:
+        """After the fenced commit: what the next lap starts from (its new
+        messages as the commit stored them, ``values`` from
+        ``lapcommit.params``), or nothing."""
         if committed and commit.update.status not in TERMINAL:
             self.lap_cache.committed(commit.run_id, commit.lap, commit.owner,
-                                     commit.checkpoint, commit.messages)
+                                     commit.checkpoint,
+                                     [(m["seq"], m["body"]) for m in values["messages"]])
         else:
             self.lap_cache.forget(commit.run_id)
         return committed

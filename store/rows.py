@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -46,7 +47,12 @@ _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
 
 def to_run(row: Row[Any]) -> RunRecord:
     """The run as readers see it: its status shown from the lease (``store.runstatus``)."""
-    fields = {k: v for k, v in row._mapping.items() if k in _RUN_FIELDS}
+    return run_of(cast(Mapping[str, Any], row._mapping))
+
+
+def run_of(row: Mapping[str, Any]) -> RunRecord:
+    """``to_run`` of a row as a mapping by column name (other keys ignored)."""
+    fields = {k: v for k, v in row.items() if k in _RUN_FIELDS}
     fields["status"] = shown(fields["status"], fields.get("lease_owner"))
     return RunRecord(**fields)
 

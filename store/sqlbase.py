@@ -12,9 +12,10 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
-from store import audit, tenancy
+from store import audit, hotconn, hotsql, tenancy
 from store.db import make_engine
 from store.dbtime import read_now
+from store.hotconn import HotConnection
 from store.retry import with_retry
 
 T = TypeVar("T")
@@ -34,7 +35,8 @@ class SqlBase:
     synchronous commit, which flushes the WAL up to it, journal included; and
     the lap commit writes the journaled message again (a no-op unless the crash
     lost it). So a lap pays one fsync, not three. The chaos suite's Postgres
-    ``-m immediate`` restart is the test of this.
+    ``-m immediate`` restart is the test of this. Those three statements go
+    through psycopg itself (``_hot``: ``store.hotsql``, ``store.hotconn``).
     """
 
     def __init__(self, engine: Engine | str) -> None:
@@ -56,6 +58,21 @@ class SqlBase:
 
         def attempt() -> T:
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                return fn(conn)
+
+        return with_retry(attempt)
+
+    def _hot(self, fn: Callable[[HotConnection], T], *, durable: bool) -> T:
+        """``_autocommit`` for the lap's hot statements: on Postgres through
+        psycopg on the pool's own checkout (``store.hotsql``,
+        ``store.hotconn``), retried as a whole like any transaction;
+        elsewhere through SQLAlchemy as ``_autocommit`` runs it."""
+        if self.engine.dialect.name != "postgresql" or not hotsql.applies(self.engine):
+            return self._autocommit(lambda conn: fn(hotconn.over(conn)), durable=durable)
+        engine = self.engine if durable else self._relaxed_engine()
+
+        def attempt() -> T:
+            with hotconn.pooled(engine) as conn:
                 return fn(conn)
 
         return with_retry(attempt)

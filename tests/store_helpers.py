@@ -4,9 +4,12 @@ so the production store carries only what the protocol promises."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, delete, select, update
 
 from agent_worker.messages import Message
@@ -83,3 +86,31 @@ def end_unfinished_runs(url: str) -> None:
                                  finished_at=now, updated_at=now))
     finally:
         engine.dispose()
+
+
+@contextmanager
+def sent_to_postgres() -> Iterator[list[str]]:
+    """Every statement this process sends through psycopg meanwhile, whichever
+    layer sends it: SQLAlchemy, or psycopg itself for the lap's hot statements
+    (``store.hotsql``), which SQLAlchemy's ``before_cursor_execute`` never sees."""
+    sent: list[str] = []
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def text(query: Any) -> str:
+        return query.decode() if isinstance(query, bytes) else str(query)
+
+    def sending(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(text(query))
+        return execute(self, query, *args, **kwargs)
+
+    def sending_many(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(text(query))
+        return executemany(self, query, *args, **kwargs)
+
+    psycopg.Cursor.execute = sending  # type: ignore[method-assign]
+    psycopg.Cursor.executemany = sending_many  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        psycopg.Cursor.executemany = executemany  # type: ignore[method-assign]

@@ -26,6 +26,7 @@ from agent_worker.checkpoint import Checkpoint, dump_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.engine.lap import run_lap
 from agent_worker.errors import ConfigurationError, InvalidInputError, NotFoundError
+from agent_worker.fairshare import gate, policy
 from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
@@ -307,3 +308,55 @@ def test_a_429_with_retry_after_holds_back_every_agent_on_that_provider_key(
     time.sleep(2.2)
     fleet.sweep()
     assert held in {lap.run_id for lap in fleet.queue.pending}
+
+
+def test_the_policy_is_built_once_and_again_when_what_it_reads_changes(
+        fleet: InProcessWorker) -> None:
+    """Every lap asks for the policy twice (its send, its rate correction):
+    it is built once, and again when an agent is registered, the settings
+    are replaced or the limits table is re-read (``fairshare.policy``)."""
+    rt = fleet.rt
+    first = policy(rt)
+    assert policy(rt) is first
+    name = _agent(fleet, concurrency=3)
+    with_agent = policy(rt)
+    assert with_agent is not first and with_agent.agents[name].concurrency == 3
+    rt.settings = rt.settings.model_copy(update={"max_laps_in_flight": 7})
+    assert policy(rt).fleet == 7
+    tenant = f"t{_uid()}"
+    fleet.set_share(tenant, concurrency=2)  # re-read at once by this process
+    assert policy(rt).tenants[tenant] == 2
+    fleet.clear_share(tenant)
+    assert tenant not in policy(rt).tenants
+
+
+def test_whether_the_store_admits_is_asked_of_each_store_object(
+        fleet: InProcessWorker) -> None:
+    """Decided once per store object, not per class: a wrapper passing calls
+    on (``__getattr__``, as the fault tests' stores do) admits too; a store
+    without admission sends every lap straight on."""
+    rt, inner = fleet.rt, fleet.rt.store
+    name = _agent(fleet, concurrency=1)
+    laps = [DueLap(f"r-{_uid()}", 1, name, "1") for _ in range(2)]
+
+    class Plain:
+        pass
+
+    asked: list[list[str]] = []
+
+    class Passing:
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(inner, attr)
+
+        def admit(self, requested: list[str], *args: Any, **kwargs: Any) -> Any:
+            asked.append(requested)
+            return inner.admit(requested, *args, **kwargs)  # type: ignore[attr-defined]
+
+    try:
+        rt.store = Plain()  # type: ignore[assignment]
+        assert gate(rt, laps) == laps
+        rt.store = Passing()
+        assert gate(rt, laps) == []  # these runs are not in the database
+        assert asked == [[lap.run_id for lap in laps]]
+    finally:
+        rt.store = inner

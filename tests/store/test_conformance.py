@@ -24,6 +24,7 @@ from agent_worker.vocabulary import WaitingFor
 from store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
 from store.rows import checkpoints, messages
 from store.sql import SqlStore
+from tests.store_helpers import sent_to_postgres
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -109,21 +110,16 @@ def test_wrong_lap_is_not_claimed(store: SqlStore) -> None:
 def test_a_plain_lap_commit_is_one_statement_on_postgres(database_url: str) -> None:
     """The lap commit keeps one round trip (in autocommit: one fsync) on Postgres:
     the fenced UPDATE and the inserts, generated from ``store.lapcommit``'s one
-    description of the run row, go as one statement of CTEs."""
+    description of the run row, go as one statement of CTEs. Counted at the
+    driver: psycopg itself sends it (``store.hotsql``)."""
     store = SqlStore(database_url)
     rid = _uid("r")
     store.create_run(_new(rid))
     assert store.claim(rid, 1, owner="a", now=NOW, lease_seconds=10, window_messages=10)
-    sent: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        sent.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", record)
     try:
-        assert _commit(store, rid, 1, "a", 1) is True
+        with sent_to_postgres() as sent:
+            assert _commit(store, rid, 1, "a", 1) is True
     finally:
-        event.remove(store.engine, "before_cursor_execute", record)
         store.dispose()
     assert len(sent) == 1 and sent[0].lstrip().startswith("WITH fenced AS"), sent
 
