@@ -468,8 +468,12 @@ def _self_times(root: Any, n: int, top: int) -> list[dict[str, Any]]:
 
 def sql_census(url: str, n: int, prefix: str) -> dict[str, Any]:
     """What one in-process lap sends to Postgres: network round trips (each
-    wait of psycopg on the socket: statements, BEGIN, COMMIT, pool pings),
-    statements by kind and table, transactions and pool checkouts."""
+    wait of psycopg that touched the socket: statements, BEGIN, COMMIT, pool
+    pings; not the autocommit switches and idle rollbacks it settles
+    locally), statements by kind and table, commits and pool checkouts.
+    Counted at the driver, whichever layer sends them: the lap's hot
+    statements go through psycopg itself (``store.hotsql``), past
+    SQLAlchemy's events."""
     import psycopg
     from sqlalchemy import event
 
@@ -478,33 +482,56 @@ def sql_census(url: str, n: int, prefix: str) -> dict[str, Any]:
     engine = w.rt.store.engine  # type: ignore[attr-defined]
     counts = {"round_trips": 0, "statements": 0, "commits": 0, "checkouts": 0}
     kinds: dict[str, int] = {}
-    def on_execute(*args: Any) -> None:
-        key = _statement_shape(str(args[2]))
-        kinds[key] = kinds.get(key, 0) + 1
-        counts["statements"] += 1
 
-    def on_commit(*_: Any) -> None:
-        counts["commits"] += 1
+    def execute(send: Any) -> Any:
+        def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            text_ = (query.as_string(self) if isinstance(query, psycopg.sql.Composable)
+                     else query.decode() if isinstance(query, bytes) else str(query))
+            kind = _statement_shape(text_)
+            kinds[kind] = kinds.get(kind, 0) + 1
+            counts["statements"] += 1
+            counts["commits"] += kind == "COMMIT"
+            return send(self, query, *args, **kwargs)
+        return counted
+
+    def commit(send: Any) -> Any:
+        def counted(self: Any) -> Any:
+            counts["commits"] += 1
+            return send(self)
+        return counted
+
+    def wait(send: Any) -> Any:
+        def on_the_wire(gen: Any) -> Any:  # a generator that yields waits on the socket
+            try:
+                item = next(gen)
+            except StopIteration as done:
+                return done.value
+            counts["round_trips"] += 1
+            while True:
+                reply = yield item
+                try:
+                    item = gen.send(reply)
+                except StopIteration as done:
+                    return done.value
+
+        def counted(self: Any, gen: Any, *args: Any, **kwargs: Any) -> Any:
+            return send(self, on_the_wire(gen), *args, **kwargs)
+        return counted
 
     def on_checkout(*_: Any) -> None:
         counts["checkouts"] += 1
 
-    original = psycopg.Connection.wait
-
-    def counting_wait(self: Any, *args: Any, **kwargs: Any) -> Any:
-        counts["round_trips"] += 1
-        return original(self, *args, **kwargs)
-
-    event.listen(engine, "before_cursor_execute", on_execute)
-    event.listen(engine, "commit", on_commit)
+    patched = [(psycopg.Cursor, "execute", execute), (psycopg.Cursor, "executemany", execute),
+               (psycopg.Connection, "commit", commit), (psycopg.Connection, "wait", wait)]
+    originals = [getattr(cls, name) for cls, name, _ in patched]
     event.listen(engine.pool, "checkout", on_checkout)
-    psycopg.Connection.wait = counting_wait  # type: ignore[method-assign]
+    for (cls, name, wrap), send in zip(patched, originals, strict=True):
+        setattr(cls, name, wrap(send))
     try:
         run_inprocess(w, deferred, run_id(prefix, n, 0), n)
     finally:
-        psycopg.Connection.wait = original  # type: ignore[method-assign]
-        event.remove(engine, "before_cursor_execute", on_execute)
-        event.remove(engine, "commit", on_commit)
+        for (cls, name, _), send in zip(patched, originals, strict=True):
+            setattr(cls, name, send)
         event.remove(engine.pool, "checkout", on_checkout)
         engine.dispose()
     per_lap = {k: round(v / n, 2) for k, v in counts.items()}
