@@ -238,7 +238,21 @@ def _profile(r: dict[str, Any]) -> list[str]:
     lines += ["", "Hottest functions by self time (ms/lap):", "", "| function | ms/lap |",
               "|---|---|"]
     lines += [f"| `{x['function']}` | {x['ms_per_lap']:.3f} |" for x in p["self"][:12]]
-    return [*lines, ""]
+    return [*lines, "", *_census(r)]
+
+
+def _census(r: dict[str, Any]) -> list[str]:
+    c = r.get("sql_census")
+    if not c:
+        return []
+    per, kinds = c["per_lap"], c["statements_per_lap"]
+    shown = ", ".join(f"{k} {v:.2f}" for k, v in kinds.items() if v >= 0.1)
+    return [f"What a lap sends to Postgres (`sql_census`, {c['n']} in-process laps, counted "
+            f"at the driver): **{per['statements']:.2f} statements** and "
+            f"{per['round_trips']:.2f} round trips per lap, {per['commits']:.2f} explicit "
+            f"COMMITs (the rest run in autocommit), {per['checkouts']:.2f} pool checkouts; "
+            f"by kind: {shown}; the rest, under 0.1 a lap, are the run's first and last "
+            f"laps. {when(r, 'sql_census')}", ""]
 
 
 def _goals(r: dict[str, Any]) -> list[str]:
