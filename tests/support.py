@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -212,6 +213,27 @@ class Proc:
         """The processes that run this worker's laps (the pid in a lease owner):
         the pool children under prefork, the worker itself under threads."""
         return self.children() or [self.pid]
+
+
+@contextlib.contextmanager
+def supervised(proc: Proc, interval: float = 0.2) -> Iterator[Proc]:
+    """Start ``proc`` again whenever it dies, as deploy's systemd unit and
+    Kubernetes do: under the threads pool a fault that kills a lap kills the
+    worker itself, where prefork's main process would replace the pool child."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(interval):
+            if not proc.alive():
+                proc.start()
+
+    watcher = threading.Thread(target=watch, name="supervisor", daemon=True)
+    watcher.start()
+    try:
+        yield proc
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def lease_holder(owner: str | None, procs: Iterable[Proc]) -> Proc | None:

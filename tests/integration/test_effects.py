@@ -27,7 +27,7 @@ from agent_worker.faults import POINTS
 from store.base import RunRecord
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.principals import acting
-from tests.support import Fleet, wait_for
+from tests.support import Fleet, supervised, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -273,11 +273,12 @@ def chaos_rig(aw: AgentWorker, fleet: Fleet, tmp_path: Path) -> Iterator[ChaosRi
     with start_vendor(tmp_path / "vendor.db", "idempotent") as vendor:
         rig = ChaosRig(aw, vendor, faults)
         rig.arm({})
-        fleet.worker(concurrency=2, AGENT_WORKER_VENDOR_URL=vendor.url,
-                     AGENT_WORKER_MAX_LAP_ATTEMPTS="10",
-                     AGENT_WORKER_FAULTS=",".join(f"{p}*{CAPACITY}" for p in LAP_POINTS))
+        worker = fleet.worker(concurrency=2, AGENT_WORKER_VENDOR_URL=vendor.url,
+                              AGENT_WORKER_MAX_LAP_ATTEMPTS="10",
+                              AGENT_WORKER_FAULTS=",".join(f"{p}*{CAPACITY}" for p in LAP_POINTS))
         fleet.beat()
-        yield rig
+        with supervised(worker):
+            yield rig
 
 
 @st.composite
