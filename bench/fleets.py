@@ -73,11 +73,12 @@ class BenchFleet:
 
     def worker(self, concurrency: int, **env: str) -> Proc:
         """Start ``celery -A tasks worker``; the pool comes from the fleet's env
-        (``AGENT_WORKER_WORKER_POOL``), as in a deployment."""
+        (``AGENT_WORKER_WORKER_POOL``), as in a deployment. Workers log at
+        WARNING (``$BENCH_LOGLEVEL`` to compare: INFO writes two lines a lap)."""
         n = len(self.workers)
         args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel",
-                "WARNING", "--concurrency", str(concurrency), "--without-mingle",
-                "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
+                os.environ.get("BENCH_LOGLEVEL", "WARNING"), "--concurrency", str(concurrency),
+                "--without-mingle", "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
         proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log").start()
         self.workers.append(proc)
         return proc
