@@ -251,8 +251,9 @@ def _census(r: dict[str, Any]) -> list[str]:
             f"at the driver): **{per['statements']:.2f} statements** and "
             f"{per['round_trips']:.2f} round trips per lap, {per['commits']:.2f} explicit "
             f"COMMITs (the rest run in autocommit), {per['checkouts']:.2f} pool checkouts; "
-            f"by kind: {shown}; the rest, under 0.1 a lap, are the run's first and last "
-            f"laps. {when(r, 'sql_census')}", ""]
+            f"by kind: {shown}; the rest, under 0.1 a lap each, are once-a-run work (its "
+            f"start, first claim and end) and the worker's heartbeat. "
+            f"{when(r, 'sql_census')}", ""]
 
 
 def _goals(r: dict[str, Any]) -> list[str]:
