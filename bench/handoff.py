@@ -31,12 +31,18 @@ VARIANTS: dict[str, dict[str, str]] = {
     "threads": {"AGENT_WORKER_WORKER_POOL": "threads"},
     "threads-noevents": {"AGENT_WORKER_WORKER_POOL": "threads",
                          "AGENT_WORKER_TASK_EVENTS": "false"},
+    "threads64-noevents": {"AGENT_WORKER_WORKER_POOL": "threads",
+                           "AGENT_WORKER_TASK_EVENTS": "false",
+                           "AGENT_WORKER_WORKER_CONCURRENCY": "64"},
 }
-"""Pool and task-event settings compared; the rest is the deployed configuration."""
+"""Pool, concurrency and task-event settings compared (concurrency 1 unless
+the variant sets ``AGENT_WORKER_WORKER_CONCURRENCY``: ``deploy/``'s 64 lets the
+worker fetch a run's next lap before it has acked the current one); the rest is
+the deployed configuration."""
 
 
 class CelerySystem:
-    """One fleet with one worker (concurrency 1) as a ``bench.common.System``;
+    """One fleet with one worker as a ``bench.common.System``;
     accumulates the worker's CPU seconds over the runs it measures."""
 
     owners: Mapping[str, str] = OWNERS
@@ -45,7 +51,7 @@ class CelerySystem:
         self.name = f"celery-{name}"
         self.fleet = BenchFleet(f"handoff_{name}", env, logdir)
         self.url = self.fleet.url
-        self.fleet.worker(1)
+        self.fleet.worker(int(env.get("AGENT_WORKER_WORKER_CONCURRENCY", "1")))
         self.cpu_main = self.cpu_children = 0.0
         self.laps = 0
         try:
