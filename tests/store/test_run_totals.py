@@ -1,7 +1,7 @@
 """The scrape's run totals (store.rollup) equal the full aggregation of the run
 table they replace, through every way a run row changes, late commits and
 concurrent folders; and a scrape reads no run row but the live ones, once,
-and one approval row (sequential scans priced out)."""
+and one approval row (the plans a real table gets: ``_rows_read``)."""
 
 from __future__ import annotations
 
