@@ -7,6 +7,7 @@ on both sides.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,6 +50,14 @@ class Message(Frozen):
     name: str | None = None
     is_error: bool = False
     meta: dict[str, Any] | None = None
+
+
+def token_estimate(message: Message) -> int:
+    """A provider-neutral size of ``message`` in tokens (about 4 bytes a
+    token), good enough to bound a model's window; a real count needs the
+    provider's tokenizer."""
+    return len(message.content) // 4 + sum(len(json.dumps(c.arguments)) // 4 + 8
+                                           for c in message.tool_calls) + 4
 
 
 class ToolSpec(Frozen):

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Literal, Protocol
 
-from agent_worker.messages import Message
+from agent_worker.messages import Message, token_estimate
 from agent_worker.vocabulary import RUNNABLE as RUNNABLE
 from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
@@ -85,6 +86,13 @@ class StoredMessage:
     seq: int
     lap: int
     message: Message
+
+    @cached_property
+    def tokens(self) -> int:
+        """``token_estimate`` of the message, counted once: a window is rebuilt
+        every lap from the same stored messages (the lap cache keeps them), so
+        counting per lap would redo the same sums forty times a lap."""
+        return token_estimate(self.message)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,6 @@ from agent_worker.messages import Message, ModelRequest
 from store.base import StoredMessage
 
 
-def _tokens(message: Message) -> int:
-    """A provider-neutral estimate (~4 bytes a token) good enough to bound a window."""
-    return len(message.content) // 4 + sum(len(json.dumps(c.arguments)) // 4 + 8
-                                           for c in message.tool_calls) + 4
-
-
 def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
                   window: list[StoredMessage], key: str) -> ModelRequest:
     """The model's input for ``lap``: instructions, pinned facts and plan, the
@@ -28,16 +22,15 @@ def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,
     covered = summary_end(summary.message) if summary is not None else 0
     # The claim may load more than this agent's window (it serves every agent);
     # cut to the agent's own message limit first, then to its token limit.
-    messages = [m.message for m in window
-                if m.seq >= covered and m is not summary][-agent.window_messages:]
+    stored = [m for m in window if m.seq >= covered and m is not summary]
     budget = agent.window_tokens
     kept: list[Message] = []
     used = 0
-    for m in reversed(messages):
-        used += _tokens(m)
+    for m in reversed(stored[-agent.window_messages:]):
+        used += m.tokens
         if used > budget and kept:
             break
-        kept.append(m)
+        kept.append(m.message)
     kept.reverse()
     # A window must not open on tool results whose call it no longer shows.
     while kept and kept[0].role == "tool":
