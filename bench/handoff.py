@@ -34,6 +34,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "threads64-noevents": {"AGENT_WORKER_WORKER_POOL": "threads",
                            "AGENT_WORKER_TASK_EVENTS": "false",
                            "AGENT_WORKER_WORKER_CONCURRENCY": "64"},
+    "solo-noevents": {"AGENT_WORKER_WORKER_POOL": "solo",
+                      "AGENT_WORKER_TASK_EVENTS": "false"},
 }
 """Pool, concurrency and task-event settings compared (concurrency 1 unless
 the variant sets ``AGENT_WORKER_WORKER_CONCURRENCY``: ``deploy/``'s 64 lets the

@@ -7,8 +7,9 @@ the same invocation, the systems taking turns at each process count.
 
 Variants: ``prefork`` is what ``bench.run`` measures (one worker whose main
 process feeds k pool children: every lap's broker work stays in that one main
-process); ``prefork-workers`` and ``threads`` run k worker processes, each
-with its own consumer. Prints laps/s and the 2-vs-1 ratio of each; writes
+process); ``prefork-workers``, ``threads`` and ``solo`` run k worker
+processes, each with its own consumer (``solo``: the lap runs in the
+consumer's own thread, no pool at all). Prints laps/s and the 2-vs-1 ratio of each; writes
 ``bench/results/scaling.json``.
 """
 
@@ -33,6 +34,8 @@ VARIANTS: dict[str, dict[str, str]] = {
     "threads": {"AGENT_WORKER_WORKER_POOL": "threads"},
     "threads-noevents": {"AGENT_WORKER_WORKER_POOL": "threads",
                          "AGENT_WORKER_TASK_EVENTS": "false"},
+    "solo-noevents": {"AGENT_WORKER_WORKER_POOL": "solo",
+                      "AGENT_WORKER_TASK_EVENTS": "false"},
 }
 
 
@@ -41,7 +44,7 @@ def _start_processes(fleet: BenchFleet, variant: str, k: int, threads: int) -> N
         fleet.worker(k)  # one main process, k pool children
     else:
         for _ in range(k):
-            fleet.worker(1 if variant.startswith("prefork") else threads)
+            fleet.worker(threads if variant.startswith("threads") else 1)
 
 
 def rate(fleet: BenchFleet, runs: int, laps: int, prefix: str) -> float:

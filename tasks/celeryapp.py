@@ -34,7 +34,8 @@ def make_app() -> Celery:
     # Worker, beat and Flower all load this app: none starts guarded by CHANGE_ME.
     check_deploy_secrets(s, os.environ)
     registry.import_modules(s.agent_modules.split(","))
-    app = Celery("agent_worker", broker=s.broker_url,
+    # amqp: kombu's Redis transport with one client per channel (tasks.broker).
+    app = Celery("agent_worker", broker=s.broker_url, amqp="tasks.broker:LapAMQP",
                  include=["tasks.lap", "tasks.sweeper", "tasks.logging", "tasks.serving",
                           "tasks.schedules"])
     queues = [Queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [Queue(MAINT_QUEUE)]

@@ -24,11 +24,16 @@ class CeleryDispatcher:
         self.app = app
 
     def send(self, lap: DueLap) -> None:
+        kwargs = {"run_id": lap.run_id, "lap": lap.lap}
         try:
             (self.app or get_app()).send_task(
-                LAP_TASK_NAME, kwargs={"run_id": lap.run_id, "lap": lap.lap},
+                LAP_TASK_NAME, kwargs=kwargs,
                 queue=lap_queue(lap.agent_name, lap.agent_version),
                 headers={"agent": f"{lap.agent_name}@{lap.agent_version}"},
+                # What Flower shows and searches: the very text Celery's
+                # saferepr would build, without its recursive walk (about
+                # 3% of a worker's CPU per lap, BENCHMARKS.md).
+                argsrepr="()", kwargsrepr=repr(kwargs),
             )
         except Exception as e:  # Redis down: the run is committed; the sweeper re-sends
             log.warning("could not send lap %s of %s (%s); the sweeper will", lap.lap,

@@ -1,0 +1,97 @@
+"""The Redis transport our Celery app talks through: kombu's own, except that a
+channel keeps one redis-py client instead of building one per command.
+
+kombu's Redis channel hands every publish and every ``acks_late`` bookkeeping
+step (``QoS.append`` on delivery, ``QoS.ack`` after the lap) a brand-new
+``redis.Redis(connection_pool=...)``. Since redis-py 6 building one fills a
+case-insensitive table of ~170 response callbacks: 86 µs of CPU on this
+machine, about as much as the LPUSH it serves, three times a lap (issue 21
+goal 2; BENCHMARKS.md, "The Redis client per command"). A client that only
+borrows connections from the channel's pool is thread-safe (redis-py's
+documented contract), so one per channel and pool does the same work.
+
+Everything else is kombu's: the same pool, the same commands, the same ack
+emulation and visibility timeout that ``acks_late`` redelivery rests on. The
+channel's pool is rebuilt after a fork or a close (``_disconnect_pools``); the
+kept client is tied to the pool it was built on, so it never outlives it.
+
+It is installed through the app's ``amqp`` class (``LapAMQP``), not
+``broker_transport``: a transport named by import path would also become the
+connection URL's scheme (``as_uri()``, which Flower and the worker's banner
+read), and kombu's own ``redis`` alias stays untouched for every other user
+of kombu in the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery.app.amqp import AMQP
+from kombu import Connection
+from kombu.connection import ConnectionPool, PooledConnection
+from kombu.transport import redis as kombu_redis
+
+
+class SharedClientChannel(kombu_redis.Channel):
+    """kombu's Redis channel with one client per connection pool."""
+
+    _shared: tuple[Any, Any] | None = None
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        if client:
+            yield client
+            return
+        pool = self.pool
+        shared = self._shared
+        if shared is None or shared[0] is not pool:
+            # Two threads racing here each build a valid client; the last one stays.
+            shared = self._shared = (pool, self._create_client())  # type: ignore[attr-defined]
+        yield shared[1]
+
+
+class SharedClientTransport(kombu_redis.Transport):
+    Channel = SharedClientChannel
+
+
+class _SharedClients:
+    """Opens kombu's Redis transport as ``SharedClientTransport``; any other
+    transport (``memory://`` in tests, Sentinel) is left as it is."""
+
+    def get_transport_cls(self) -> type:
+        found: type = super().get_transport_cls()  # type: ignore[misc]
+        return SharedClientTransport if found is kombu_redis.Transport else found
+
+
+class _PooledLapConnection(_SharedClients, PooledConnection):
+    """A connection of the app's producer pool (every ``send_task``)."""
+
+
+class _LapConnectionPool(ConnectionPool):
+    def new(self) -> Connection:
+        # As kombu's own ``new``; celery-types' stubs miss that a
+        # ``PooledConnection`` is a ``Connection`` and takes its arguments.
+        return _PooledLapConnection(  # type: ignore[return-value]
+            self, **dict(self.connection._info(resolve=False)))
+
+
+class LapConnection(_SharedClients, Connection):
+    """A kombu ``Connection`` whose Redis channels keep one client, and so
+    do the connections of its pool (kombu's ``Pool`` would build plain
+    ``PooledConnection`` objects)."""
+
+    def Pool(self, limit: int | None = None, **kwargs: Any) -> ConnectionPool:
+        return _LapConnectionPool(self, limit=limit, **kwargs)
+
+
+class LapAMQP(AMQP):
+    """Celery's broker glue with ``LapConnection`` for every connection the
+    app opens (worker consumer, producer pool, Flower's inspection)."""
+
+    Connection = LapConnection
+    BrokerConnection = LapConnection
+
+
+__all__ = ["LapAMQP", "LapConnection", "SharedClientChannel", "SharedClientTransport"]
