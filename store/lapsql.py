@@ -46,6 +46,7 @@ from store.rows import (
     effects,
     fence,
     message_body,
+    message_of,
     messages,
     record_event_tx,
     run_of,
@@ -99,7 +100,7 @@ class SqlLapStore(SqlBase):
             state: dict[str, Any] = (
                 row["checkpoint_state"] if known is None else hot.sql().execute(
                     statements.CHECKPOINT, {"run_id": run_id, "lap": lap}).scalar_one())
-            return _load(hot.sql(), run, lap, owner, state, window_messages, edits)
+            return _load(hot, run, lap, owner, state, window_messages, edits)
 
         out = self._hot(tx, durable=False)
         if out is None:
@@ -330,12 +331,15 @@ def _claim_of(run: RunRecord, lap: int, owner: str, known: Known,
                  window=list(known.window), lap_messages=[], effects={}, state_edits=edits)
 
 
-def _load(conn: Connection, run: RunRecord, lap: int, owner: str, state: dict[str, Any],
+def _load(hot: HotConnection, run: RunRecord, lap: int, owner: str, state: dict[str, Any],
           window_messages: int, edits: list[StateEdit]) -> tuple[Claim, Known]:
     """The claim from the database: the window, this lap's journaled messages
-    and ledger rows (with the ``Known`` its commit may extend)."""
+    and ledger rows (with the ``Known`` its commit may extend). The window is
+    the one read every lap that misses the lap cache (a run's next lap taken
+    by another worker, a resume): it goes through psycopg itself when the
+    claim's connection still can (``store.hotconn``)."""
     count = int(state.get("message_count", 0))
-    loaded = [to_message(m) for m in conn.execute(statements.WINDOW, {
+    loaded = [message_of(m) for m in hot.rows(statements.WINDOW, {
         "run_id": run.id, "start": max(count - window_messages, 0),
         "summary": state.get("summary_seq")})]
     lap_messages = [m for m in loaded if m.seq >= count]
@@ -348,7 +352,7 @@ def _load(conn: Connection, run: RunRecord, lap: int, owner: str, state: dict[st
         laps = {lap} | {int(p["lap"]) for p in pending}
         lap_effects = {
             e.key: e
-            for e in map(to_effect, conn.execute(select(effects).where(
+            for e in map(to_effect, hot.sql().execute(select(effects).where(
                 effects.c.run_id == run.id, effects.c.lap.in_(laps))))
         }
     window = [m for m in loaded if m.seq < count]

@@ -58,10 +58,15 @@ def run_of(row: Mapping[str, Any]) -> RunRecord:
 
 
 def to_message(row: Row[Any, Any, Any]) -> StoredMessage:
-    body = row.body
+    return message_of(cast(Mapping[str, Any], row._mapping))
+
+
+def message_of(row: Mapping[str, Any]) -> StoredMessage:
+    """``to_message`` of a row as a mapping by column name."""
+    body = row["body"]
     message = (Message.model_validate_json(body) if isinstance(body, str)
                else Message.model_validate(body))
-    return StoredMessage(seq=row.seq, lap=row.lap, message=message)
+    return StoredMessage(seq=row["seq"], lap=row["lap"], message=message)
 
 
 def message_body(message: Message) -> dict[str, Any]:
