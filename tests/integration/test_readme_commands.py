@@ -42,6 +42,7 @@ import tomllib
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -254,7 +255,15 @@ def env(database_url: str, broker_url: str, tmp_path_factory: pytest.TempPathFac
     return Env(database_url, broker_url, tmp_path_factory.mktemp("readme"))
 
 
-@pytest.mark.parametrize("command", sorted({c for _, c in commands()}))
+def _params() -> list[Any]:
+    """Every README command; those served on a fixed port (metrics on 9100
+    twice, with and without ``--port``) share one xdist worker
+    (``--dist loadgroup``), so two of them never race for the port."""
+    return [pytest.param(c, marks=pytest.mark.xdist_group("readme-fixed-ports"))
+            if _rule(c) is serve else c for c in sorted({c for _, c in commands()})]
+
+
+@pytest.mark.parametrize("command", _params())
 def test_readme_command(command: str, env: Env) -> None:
     check = _rule(command)
     if check is None:
