@@ -9,8 +9,8 @@ Variants: ``prefork`` is what ``bench.run`` measures (one worker whose main
 process feeds k pool children: every lap's broker work stays in that one main
 process); ``prefork-workers``, ``threads`` and ``solo`` run k worker
 processes, each with its own consumer (``solo``: the lap runs in the
-consumer's own thread, no pool at all). Prints laps/s and the 2-vs-1 ratio of each; writes
-``bench/results/scaling.json``.
+consumer's own thread, no pool at all). Prints laps/s and the 2-vs-1 ratio
+of each; writes ``bench/results/scaling.json``.
 """
 
 from __future__ import annotations

@@ -5,15 +5,17 @@ kombu's Redis channel hands every publish and every ``acks_late`` bookkeeping
 step (``QoS.append`` on delivery, ``QoS.ack`` after the lap) a brand-new
 ``redis.Redis(connection_pool=...)``. Since redis-py 6 building one fills a
 case-insensitive table of ~170 response callbacks: 86 µs of CPU on this
-machine, about as much as the LPUSH it serves, three times a lap (issue 21
-goal 2; BENCHMARKS.md, "The Redis client per command"). A client that only
-borrows connections from the channel's pool is thread-safe (redis-py's
-documented contract), so one per channel and pool does the same work.
+machine, about as much as the LPUSH it serves, four times a lap (issue 21
+goal 2; BENCHMARKS.md, "The broker's clients, the lap cache miss and the
+window's tokens"). A client that only borrows connections from the
+channel's pool is thread-safe (redis-py's documented contract), so one per
+channel and pool does the same work.
 
 Everything else is kombu's: the same pool, the same commands, the same ack
 emulation and visibility timeout that ``acks_late`` redelivery rests on. The
-channel's pool is rebuilt after a fork or a close (``_disconnect_pools``); the
-kept client is tied to the pool it was built on, so it never outlives it.
+channel's pool is rebuilt after a fork or a close (``_disconnect_pools``); a
+kept client whose ``connection_pool`` is not the channel's current one is
+replaced, so it never outlives its pool.
 
 It is installed through the app's ``amqp`` class (``LapAMQP``), not
 ``broker_transport``: a transport named by import path would also become the
@@ -37,22 +39,23 @@ from kombu.transport import redis as kombu_redis
 class SharedClientChannel(kombu_redis.Channel):
     """kombu's Redis channel with one client per connection pool."""
 
-    _shared: tuple[Any, Any] | None = None
+    _shared: Any = None
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
         if client:
             yield client
             return
-        pool = self.pool
         shared = self._shared
-        if shared is None or shared[0] is not pool:
+        if shared is None or shared.connection_pool is not self.pool:
             # Two threads racing here each build a valid client; the last one stays.
-            shared = self._shared = (pool, self._create_client())  # type: ignore[attr-defined]
-        yield shared[1]
+            shared = self._shared = self._create_client()  # type: ignore[attr-defined]
+        yield shared
 
 
 class SharedClientTransport(kombu_redis.Transport):
+    """kombu's Redis transport on ``SharedClientChannel``."""
+
     Channel = SharedClientChannel
 
 
