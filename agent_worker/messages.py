@@ -8,7 +8,9 @@ on both sides.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -27,6 +29,21 @@ class ToolCall(Frozen):
     id: str
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @cached_property
+    def arguments_json(self) -> str:
+        """``arguments`` as JSON text, built once: a stored call is in the window
+        of up to forty later laps (the lap cache keeps the same object), and
+        each lap sizes it (``token_estimate``) and an OpenAI-wire client sends it
+        as text. Not a field: it is never stored or compared."""
+        return json.dumps(self.arguments)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Self:
+        """A copy; one given other ``arguments`` builds its own text again."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("arguments_json", None)
+        return copied
 
 
 class Usage(Frozen):
@@ -56,7 +73,7 @@ def token_estimate(message: Message) -> int:
     """A provider-neutral size of ``message`` in tokens (about 4 bytes a
     token), good enough to bound a model's window; a real count needs the
     provider's tokenizer."""
-    return len(message.content) // 4 + sum(len(json.dumps(c.arguments)) // 4 + 8
+    return len(message.content) // 4 + sum(len(c.arguments_json) // 4 + 8
                                            for c in message.tool_calls) + 4
 
 

@@ -36,6 +36,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of this machine has spent busy since boot
+    (``/proc/stat``: user, nice, system, irq and softirq; idle, iowait and
+    time stolen by the hypervisor are not this machine's work)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / _TICKS
+
+
 def rss_bytes(pid: int) -> int:
     """Resident memory of ``pid`` (0 once it is gone)."""
     try:

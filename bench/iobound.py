@@ -11,6 +11,9 @@ at once and waits for all of them to finish, every lap committed once.
   between the 10th and 90th percentile of commits, is printed beside it.
 * memory per in-flight lap = (peak RSS of the workers, main processes and pool
   children, while the runs move, minus their RSS when idle) / runs in flight.
+* the machine's CPU per lap, split into the workers, the loopback provider and
+  the rest (Postgres, Redis, this process, the kernel), and the ratio the
+  machine's cores could carry at that CPU per lap: what bounds the goal here.
 
 Prints the figures with the machine's load and writes ``bench/results/iobound.json``.
 """
@@ -29,7 +32,7 @@ from typing import Any
 from sqlalchemy import text
 
 from bench.common import RESULTS, Proc, log, wait_for
-from bench.fleets import BenchFleet
+from bench.fleets import BenchFleet, cpu_seconds, machine_busy_seconds
 from bench.io_agent import IO_AGENT_NAME
 from bench.workload import run_id
 
@@ -78,15 +81,17 @@ def _steady(samples: list[tuple[float, int]], total: int) -> float:
 
 
 def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str,
-            timeout: float) -> dict[str, Any]:
+            timeout: float, provider: int) -> dict[str, Any]:
     """Enqueue ``runs`` runs at once and follow them to the end (wall clock of
-    this process, polled every 0.2 s: the makespan errs long, never short)."""
+    this process, polled every 0.2 s: the makespan errs long, never short).
+    ``provider`` is the loopback provider's pid, whose CPU is told apart."""
     rss_idle = fleet.rss()
-    cpu0 = fleet.cpu()
     rids = [run_id(prefix, laps, i) for i in range(runs)]
     fleet.deferred.hold()  # every first lap goes out at once, after every run exists
     for rid in rids:
         fleet.aw.start_run(IO_AGENT_NAME, {"task": "work through the plan"}, run_id=rid)
+    # From here on, not before: creating the runs is not the laps' CPU.
+    cpu0, busy0, provider0 = fleet.cpu(), machine_busy_seconds(), cpu_seconds(provider)
     t0 = time.monotonic()
     fleet.deferred.flush()
     peak, samples = rss_idle, [(0.0, 0)]
@@ -100,13 +105,17 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
             raise RuntimeError(f"{left} of {runs} runs unfinished after {timeout:.0f} s")
         peak = max(peak, fleet.rss())
         time.sleep(0.2)
-    cpu1 = fleet.cpu()
+    cpu1, busy1, provider1 = fleet.cpu(), machine_busy_seconds(), cpu_seconds(provider)
     if os.environ.get("AGENT_WORKER_BENCH_DEBUG"):
         log(f"samples {[(round(t, 1), n) for t, n in samples]}")
     _check(fleet, prefix, runs, laps)
     total = runs * laps
     makespan = samples[-1][0]
     rate, steady, ideal = total / makespan, _steady(samples, total), runs / latency
+    workers_ms = (cpu1[0] - cpu0[0] + cpu1[1] - cpu0[1]) / total * 1e3
+    machine_ms = (busy1 - busy0) / total * 1e3
+    provider_ms = (provider1 - provider0) / total * 1e3
+    cores = os.cpu_count() or 1
     return {
         "runs": runs, "laps": laps, "latency_s": latency, "makespan_s": makespan,
         "laps_per_s": rate, "steady_laps_per_s": steady, "ideal_laps_per_s": ideal,
@@ -115,6 +124,11 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
         "kb_per_inflight_lap": (peak - rss_idle) / runs / 1024,
         "cpu_ms_per_lap_main": (cpu1[0] - cpu0[0]) / total * 1e3,
         "cpu_ms_per_lap_children": (cpu1[1] - cpu0[1]) / total * 1e3,
+        "machine_cpu_ms_per_lap": machine_ms, "provider_cpu_ms_per_lap": provider_ms,
+        "rest_cpu_ms_per_lap": machine_ms - workers_ms - provider_ms,
+        "machine_busy": (busy1 - busy0) / makespan / cores, "cores": cores,
+        # The most this machine's cores could carry at this CPU per lap, as a share of ideal.
+        "cpu_bound_ratio": cores * 1e3 / machine_ms / ideal if machine_ms else float("nan"),
     }
 
 
@@ -150,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.workers):
             fleet.worker(concurrency)
         log(f"{args.workers} workers, pool {args.pool}, concurrency {concurrency} each")
-        measure(fleet, args.workers * 2, 2, args.latency, "iowarm", 120)  # start-up, connections
+        measure(fleet, args.workers * 2, 2, args.latency, "iowarm", 120,  # start-up, connections
+                provider.pid)
         result = measure(fleet, args.runs, args.laps, args.latency, "io",
-                         timeout=120 + args.laps * args.latency * 10)
+                         timeout=120 + args.laps * args.latency * 10, provider=provider.pid)
     finally:
         if fleet is not None:
             fleet.close()
@@ -177,6 +192,11 @@ def _print(r: dict[str, Any]) -> None:
     print(f"RSS idle {r['rss_idle_mb']:.0f} MB, peak {r['rss_peak_mb']:.0f} MB: "
           f"{r['kb_per_inflight_lap']:.0f} KB per in-flight lap; CPU per lap "
           f"{r['cpu_ms_per_lap_main']:.2f} ms main + {r['cpu_ms_per_lap_children']:.2f} ms pool")
+    print(f"machine CPU per lap {r['machine_cpu_ms_per_lap']:.2f} ms (workers "
+          f"{r['cpu_ms_per_lap_main'] + r['cpu_ms_per_lap_children']:.2f}, provider "
+          f"{r['provider_cpu_ms_per_lap']:.2f}, Postgres, Redis and the rest "
+          f"{r['rest_cpu_ms_per_lap']:.2f}); {r['cores']} cores {100 * r['machine_busy']:.0f}% "
+          f"busy; at this CPU per lap they carry at most {r['cpu_bound_ratio']:.2f} of ideal")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,6 @@ not a JSON object is the model's fault and ends the lap as malformed output.
 
 from __future__ import annotations
 
-import json
-
 import openai
 from openai.types.chat import (
     ChatCompletion,
@@ -131,7 +129,7 @@ def _to_openai_message(message: Message) -> ChatCompletionMessageParam:
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                "function": {"name": call.name, "arguments": call.arguments_json},
             }
             for call in message.tool_calls
         ],
