@@ -112,9 +112,9 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
     total = runs * laps
     makespan = samples[-1][0]
     rate, steady, ideal = total / makespan, _steady(samples, total), runs / latency
-    workers_ms = (cpu1[0] - cpu0[0] + cpu1[1] - cpu0[1]) / total * 1e3
-    machine_ms = (busy1 - busy0) / total * 1e3
-    provider_ms = (provider1 - provider0) / total * 1e3
+    per_lap = 1e3 / total  # seconds of the whole run -> ms a lap
+    main_ms, children_ms = (cpu1[0] - cpu0[0]) * per_lap, (cpu1[1] - cpu0[1]) * per_lap
+    machine_ms, provider_ms = (busy1 - busy0) * per_lap, (provider1 - provider0) * per_lap
     cores = os.cpu_count() or 1
     return {
         "runs": runs, "laps": laps, "latency_s": latency, "makespan_s": makespan,
@@ -122,10 +122,9 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
         "ratio": rate / ideal, "steady_ratio": steady / ideal,
         "rss_idle_mb": rss_idle / 2**20, "rss_peak_mb": peak / 2**20,
         "kb_per_inflight_lap": (peak - rss_idle) / runs / 1024,
-        "cpu_ms_per_lap_main": (cpu1[0] - cpu0[0]) / total * 1e3,
-        "cpu_ms_per_lap_children": (cpu1[1] - cpu0[1]) / total * 1e3,
+        "cpu_ms_per_lap_main": main_ms, "cpu_ms_per_lap_children": children_ms,
         "machine_cpu_ms_per_lap": machine_ms, "provider_cpu_ms_per_lap": provider_ms,
-        "rest_cpu_ms_per_lap": machine_ms - workers_ms - provider_ms,
+        "rest_cpu_ms_per_lap": machine_ms - main_ms - children_ms - provider_ms,
         "machine_busy": (busy1 - busy0) / makespan / cores, "cores": cores,
         # The most this machine's cores could carry at this CPU per lap, as a share of ideal.
         "cpu_bound_ratio": cores * 1e3 / machine_ms / ideal if machine_ms else float("nan"),
