@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.table import Table
 
 from agent_worker.cli import common
 from agent_worker.cli.terminal import strip_terminal
 from agent_worker.errors import InvalidInputError, NestingTooDeepError
-from agent_worker.redaction import redact_secrets
+from agent_worker.redaction import _NAMES, _PATTERNS, redact_secrets
 from agent_worker.untrusted import check_name, clean, clean_text
 
 FFFD = "\ufffd"
@@ -74,6 +76,41 @@ def test_default_redaction_removes_common_credential_shapes(raw: str, secret: st
                                   '{"key": "run-1:2:0", "tokens": 42}'])
 def test_default_redaction_leaves_ordinary_text_alone(text: str) -> None:
     assert redact_secrets(text) == text
+
+
+def _every_pattern(text: str) -> str:
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+#: Pieces of the credential shapes, their clues and near misses, for texts
+#: the screen in ``redact_secrets`` must not tell apart from running every pattern.
+_PIECES = ["Bearer ", "authorization: basic ", "AUTHORIZATION", "api_key", "Token", "=", ": ",
+           '"', "'", "secret", "PassWord", "pwd", "appid", "sig", "x-api-key", "sk-", "sk_live_",
+           "rk_test_", "pk-", "ghp_", "gho_", "xoxb-", "AKIA", "AIza", "https://", "u:p@", "@",
+           "://", "0123456789abcdefABCDEF", "_-", " ", "\n", "&", ";", "}", "k", "K",
+           "\u017fecret=", "to\u212aen=", "\u00e9"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), max_size=24).map("".join))
+def test_redaction_screen_never_changes_the_outcome(text: str) -> None:
+    """Was: all eight patterns ran over every string (60 us for a 400-character
+    tool result); the screen skips those whose clues are absent."""
+    assert redact_secrets(text) == _every_pattern(text)
+
+
+@pytest.mark.parametrize("name", sorted({n.replace("[_-]?", sep) for n in _NAMES.split("|")
+                                         for sep in ("", "_", "-")}))
+def test_redaction_screen_knows_every_credential_name(name: str) -> None:
+    for text in (f"{name}=v4lue-1", f'{{"{name.upper()}": "v4lue-1"}}'):
+        assert redact_secrets(text) == _every_pattern(text) != text
+
+
+def test_redaction_folds_case_like_the_patterns_outside_ascii() -> None:
+    assert "s3cr3t" not in redact_secrets("\u017fecret=s3cr3t")
+    assert "abc123" not in redact_secrets("to\u212aen=abc123 \u00e9")
 
 
 HOSTILE = "ok\x1b]0;pwned\x07\x1b[2J\x1b[1;1Hfake line\rover\x9b31m\x00 end"
