@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent_worker.agent import Registry
+from agent_worker.agent import Agent, Registry
 from agent_worker.inprocess import InProcessWorker
+from store.base import RunRecord
 from store.sql import SqlStore
 
 
@@ -51,14 +52,24 @@ def swept(w: InProcessWorker, ids: Container[str]) -> list[str]:
 
 
 class OwnRunsWorker(InProcessWorker):
-    """An in-process worker that runs only its own test's runs (``runs``, which
-    the test fills): its sweeps keep only their laps (``swept``), so
-    ``run_until_idle()`` and ``sweep()`` count what the test did, on a
-    database other tests' runs share too."""
+    """An in-process worker that runs only its own test's runs (``runs``: every
+    run it starts or forks, and any the test adds): its sweeps keep only their
+    laps (``swept``), so ``run_until_idle()`` and ``sweep()`` count what the
+    test did, on a database other tests' runs share too."""
 
-    def __init__(self, database_url: str, runs: set[str], **kw: Any) -> None:
+    def __init__(self, database_url: str, runs: set[str] | None = None, **kw: Any) -> None:
         super().__init__(database_url, **kw)
-        self.runs = runs
+        self.runs = set() if runs is None else runs
+
+    def start_run(self, agent: str | Agent, input: Any = None, **kw: Any) -> RunRecord:
+        run = super().start_run(agent, input, **kw)
+        self.runs.add(run.id)
+        return run
+
+    def fork(self, run_id: str, lap: int, **kw: Any) -> RunRecord:
+        run = super().fork(run_id, lap, **kw)
+        self.runs.add(run.id)
+        return run
 
     def sweep(self) -> int:
         """One sweep; how many laps it sent for this test's runs."""

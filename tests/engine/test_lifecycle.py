@@ -34,6 +34,7 @@ from agent_worker.model.scripted import model_turns
 from agent_worker.tools import Tool, ToolContext
 from store.rows import runs
 from store.sql import SqlStore
+from tests.engine.conftest import OwnRunsWorker
 from tests.principals import acting
 
 
@@ -115,7 +116,9 @@ def _plan_model() -> ScriptedModel:
 
 @pytest.fixture
 def w(dialect_url: str, agent_registry: Registry) -> Iterator[InProcessWorker]:
-    worker = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
+    # Only this test's runs: on Postgres the sweeps would also find other
+    # tests' leftovers due (was: ``run_until_idle() == 0`` failed now and then).
+    worker = OwnRunsWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
     worker.rt.registry = agent_registry
     yield worker
     store = worker.rt.store
