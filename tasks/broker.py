@@ -12,7 +12,9 @@ channel's pool is thread-safe (redis-py's documented contract), so one per
 channel and pool does the same work.
 
 Everything else is kombu's: the same pool, the same commands, the same ack
-emulation and visibility timeout that ``acks_late`` redelivery rests on. The
+emulation and visibility timeout that ``acks_late`` redelivery rests on,
+except that a busy worker takes its next message and records it unacked in
+one round trip (``tasks.popheld``). The
 channel's pool is rebuilt after a fork or a close (``_disconnect_pools``); a
 kept client whose ``connection_pool`` is not the channel's current one is
 replaced, so it never outlives its pool.
@@ -35,9 +37,12 @@ from kombu import Connection
 from kombu.connection import ConnectionPool, PooledConnection
 from kombu.transport import redis as kombu_redis
 
+from tasks.popheld import PopHeldChannel
 
-class SharedClientChannel(kombu_redis.Channel):
-    """kombu's Redis channel with one client per connection pool."""
+
+class SharedClientChannel(PopHeldChannel):
+    """kombu's Redis channel with one client per connection pool (and the
+    delivery of ``tasks.popheld``)."""
 
     _shared: Any = None
 

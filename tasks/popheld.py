@@ -1,0 +1,144 @@
+"""Taking a lap message off Redis and into kombu's unacked set in one round trip.
+
+kombu's Redis transport delivers a message in two steps: ``BRPOP`` takes it
+off the queue, then ``QoS.append`` writes it to the ``unacked`` hash and the
+``unacked_index`` sorted set (a ``MULTI`` pipeline) so that it can be
+restored if the worker dies before acking it (``acks_late``, the visibility
+timeout, ``task_reject_on_worker_lost``, a soft shutdown's requeue). That
+second round trip and its pipeline cost a threads worker about a tenth of
+its lap time (issue 21 goal 2; BENCHMARKS.md, "The hand-off's Redis
+bookkeeping"), and between the two steps a worker that dies has the message
+in neither place.
+
+``POP_AND_HOLD`` does both at once, atomically on the server: pop from the
+first non-empty queue list (``BRPOP``'s order) and write the very entry
+``QoS.append`` would write, ``[payload, exchange, routing_key]`` under the
+message's delivery tag, with the time as its score. Everything that reads
+those keys (kombu's restore of visible-timeout messages, ``restore_by_tag``
+on a reject, the requeue at shutdown, ``QoS.ack``) is kombu's own and
+unchanged. A script cannot block, so it is tried first only right after a
+delivery, when the worker is busy and the next message is likely there; on
+a miss the channel sends kombu's own blocking ``BRPOP``, whose message takes
+kombu's two steps, so an idle worker costs what it cost before. A prefixed
+keyspace (``global_keyprefix``) and a transport without ack emulation keep
+kombu's path throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+from queue import Empty
+from time import monotonic, time
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
+from redis.exceptions import ResponseError
+
+log = logging.getLogger(__name__)
+
+POP_AND_HOLD = """
+for i = 3, #KEYS do
+  local item = redis.call('RPOP', KEYS[i])
+  if item then
+    local ok, payload = pcall(cjson.decode, item)
+    local props = ok and type(payload) == 'table' and payload['properties']
+    local info = type(props) == 'table' and props['delivery_info']
+    local tag = type(props) == 'table' and props['delivery_tag']
+    if type(info) == 'table' and type(tag) == 'string' then
+      redis.call('ZADD', KEYS[2], ARGV[1], tag)
+      redis.call('HSET', KEYS[1], tag, '[' .. item .. ',' .. cjson.encode(info['exchange'])
+                 .. ',' .. cjson.encode(info['routing_key']) .. ']')
+      return {KEYS[i], item, 1}
+    end
+    return {KEYS[i], item, 0}
+  end
+end
+return false
+"""
+"""KEYS: the unacked hash, the unacked index, then the queue lists in
+``BRPOP``'s order; ARGV: the score (now). Returns ``[list, message, held]``,
+``held`` 0 when the message is not kombu's shape (kombu's ``QoS.append``
+then writes what it can), or nil when every list is empty."""
+
+
+class HeldQoS(kombu_redis.QoS):
+    """kombu's Redis QoS, which does not write again what ``POP_AND_HOLD``
+    wrote for the message being delivered."""
+
+    channel: Any
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        if delivery_tag == getattr(self.channel, "held_tag", None):
+            virtual.QoS.append(self, message, delivery_tag)
+            return
+        super().append(message, delivery_tag)
+
+
+class PopHeldChannel(kombu_redis.Channel):
+    """kombu's Redis channel, trying ``POP_AND_HOLD`` before a ``BRPOP``."""
+
+    QoS = HeldQoS
+    #: The tag of the message being delivered, when ``POP_AND_HOLD`` holds it.
+    held_tag: str | None = None
+    _pop_next = True
+    _popping = False
+    _pop_refused = False
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        ch: Any = self  # kombu's private members, which its type stubs do not list
+        if (not self._pop_next or self._pop_refused or self.global_keyprefix
+                or not self.ack_emulation):
+            super()._brpop_start(timeout)  # type: ignore[misc]
+            return
+        queues = ch._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        lists = [ch._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+        connection = self.client.connection
+        ch._in_poll = connection
+        ch._brpop_sent_at = monotonic()
+        self._popping = True
+        connection.send_command("EVAL", POP_AND_HOLD, 2 + len(lists), self.unacked_key,
+                                self.unacked_index_key, *lists, time())
+
+    def _brpop_read(self, **options: Any) -> bool:
+        ch: Any = self
+        if not self._popping:
+            # kombu's BRPOP reply; Empty when it timed out.
+            delivered: bool = super()._brpop_read(**options)  # type: ignore[misc]
+            self._pop_next = not self._pop_refused
+            return delivered
+        self._popping = False
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "EVAL", **options)
+            except ch.connection_errors:
+                self.client.connection.disconnect()  # as kombu's BRPOP: reconnect next time
+                raise
+            except ResponseError as e:  # a server that refuses the script: kombu's path
+                log.warning("Redis refused the pop-and-hold script (%s); using BRPOP", e)
+                self._pop_next = False
+                self._pop_refused = True
+                raise Empty() from e
+            if not reply:
+                self._pop_next = False  # every list was empty: block in BRPOP
+                raise Empty()
+            found, item, held = reply
+            queue = bytes_to_str(found).rsplit(self.sep, 1)[0]
+            ch._queue_cycle.rotate(queue)
+            payload = loads(bytes_to_str(item))
+            self.held_tag = payload["properties"]["delivery_tag"] if held else None
+            try:
+                self.connection._deliver(payload, queue)
+            finally:
+                self.held_tag = None
+            return True
+        finally:
+            ch._in_poll = None
+            ch._flush_brpop_reauth()
+
+
+__all__ = ["POP_AND_HOLD", "HeldQoS", "PopHeldChannel"]

@@ -1,0 +1,136 @@
+"""``tasks.popheld`` on a real Redis: a busy channel takes its next message
+and records it unacked in one script, writing exactly what kombu's own
+``QoS.append`` writes, so everything kombu does with that record (ack, the
+requeue of a reject, the restore after the visibility timeout) still works;
+an empty queue falls back to kombu's blocking ``BRPOP``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from kombu import Connection, Consumer, Exchange, Producer, Queue
+
+from tasks.broker import LapAMQP
+from tasks.popheld import PopHeldChannel
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def app(broker_url: str) -> Iterator[Celery]:
+    app = Celery(f"pop-test-{uuid.uuid4().hex[:6]}", broker=broker_url, amqp=LapAMQP,
+                 set_as_current=False)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def plain(broker_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(broker_url)
+    yield client
+    client.close()
+
+
+def _queue() -> Queue:
+    name = f"ph-{uuid.uuid4().hex[:8]}"
+    return Queue(name, Exchange(name), routing_key=name)
+
+
+def _publish(conn: Connection, queue: Queue, *bodies: Any) -> None:
+    producer = Producer(conn.default_channel, serializer="json")
+    for body in bodies:
+        producer.publish(body, exchange=queue.exchange, routing_key=queue.routing_key,
+                         declare=[queue])
+
+
+def _take(conn: Connection, queue: Queue, n: int = 1) -> list[Any]:
+    got: list[Any] = []
+    with Consumer(conn.default_channel, [queue], callbacks=[lambda b, m: got.append(m)],
+                  accept=["json"]):
+        while len(got) < n:
+            conn.drain_events(timeout=5)
+    return got
+
+
+def _held(plain: redis.Redis, tag: str) -> tuple[Any, float | None]:
+    entry = plain.hget("unacked", tag)
+    return (None if entry is None else json.loads(entry)), plain.zscore("unacked_index", tag)
+
+
+def test_a_busy_delivery_is_held_as_kombu_holds_it(app: Celery, broker_url: str,
+                                                   plain: redis.Redis) -> None:
+    """The same record under the same tag as kombu's stock channel writes."""
+    ours_q, stock_q = _queue(), _queue()
+    with app.connection_for_write() as conn:
+        channel: Any = conn.default_channel
+        assert isinstance(channel, PopHeldChannel)
+        _publish(conn, ours_q, {"n": 1})
+        (ours,) = _take(conn, ours_q)
+        assert channel._pop_next, "the delivery came from the script"
+        with Connection(broker_url) as stock_conn:
+            assert not isinstance(stock_conn.default_channel, PopHeldChannel)
+            _publish(stock_conn, stock_q, {"n": 1})
+            (stock,) = _take(stock_conn, stock_q)
+            ours_entry, ours_score = _held(plain, ours.delivery_tag)
+            stock_entry, stock_score = _held(plain, stock.delivery_tag)
+            assert ours_entry == [ours._raw, ours_q.name, ours_q.name]
+            assert stock_entry == [stock._raw, stock_q.name, stock_q.name]
+            assert ours_score is not None and stock_score is not None
+            assert abs(ours_score - time.time()) < 60
+            stock.ack()
+        ours.ack()
+    assert _held(plain, ours.delivery_tag) == (None, None)
+
+
+def test_a_held_message_is_requeued_by_a_reject_and_restored_after_its_timeout(
+        app: Celery, plain: redis.Redis) -> None:
+    queue = _queue()
+    with app.connection_for_write() as conn:
+        channel: Any = conn.default_channel
+        _publish(conn, queue, {"n": 1})
+        (first,) = _take(conn, queue)
+        first.requeue()  # what task_reject_on_worker_lost does
+        assert plain.llen(queue.name) == 1 and _held(plain, first.delivery_tag) == (None, None)
+        (again,) = _take(conn, queue)
+        assert again.payload == {"n": 1} and again.delivery_info["redelivered"]
+        # A worker that died holding it: its record ages past the visibility timeout.
+        plain.zadd("unacked_index", {again.delivery_tag: 0})
+        channel.qos.restore_visible(num=100)
+        assert plain.llen(queue.name) == 1 and _held(plain, again.delivery_tag) == (None, None)
+        (restored,) = _take(conn, queue)
+        assert restored.payload == {"n": 1}
+        restored.ack()
+    assert plain.hget("unacked", restored.delivery_tag) is None
+
+
+def test_an_empty_queue_waits_in_kombus_brpop(app: Celery, broker_url: str,
+                                              plain: redis.Redis) -> None:
+    """The script finds nothing and the channel blocks in BRPOP; the message
+    that wakes it is recorded by kombu's own two steps, and the next
+    delivery tries the script again."""
+    queue = _queue()
+    with app.connection_for_write() as conn:
+        channel: Any = conn.default_channel
+        got: list[Any] = []
+        with Consumer(channel, [queue], callbacks=[lambda b, m: got.append(m)],
+                      accept=["json"]):
+            with pytest.raises(socket.timeout):
+                conn.drain_events(timeout=0.3)
+            assert not channel._pop_next
+            with Connection(broker_url) as other:
+                _publish(other, queue, {"n": 2})
+            while not got:
+                conn.drain_events(timeout=5)
+        assert channel._pop_next
+        (message,) = got
+        assert _held(plain, message.delivery_tag)[0] == [message._raw, queue.name, queue.name]
+        message.ack()
+    assert _held(plain, message.delivery_tag) == (None, None)
