@@ -33,7 +33,7 @@ def app(broker_url: str) -> Iterator[Celery]:
 
 
 @pytest.fixture
-def plain(broker_url: str) -> Iterator[redis.Redis]:
+def plain(broker_url: str) -> Iterator[redis.Redis[bytes]]:
     client = redis.Redis.from_url(broker_url)
     yield client
     client.close()
@@ -60,13 +60,13 @@ def _take(conn: Connection, queue: Queue, n: int = 1) -> list[Any]:
     return got
 
 
-def _held(plain: redis.Redis, tag: str) -> tuple[Any, float | None]:
+def _held(plain: redis.Redis[bytes], tag: str) -> tuple[Any, float | None]:
     entry = plain.hget("unacked", tag)
     return (None if entry is None else json.loads(entry)), plain.zscore("unacked_index", tag)
 
 
 def test_a_busy_delivery_is_held_as_kombu_holds_it(app: Celery, broker_url: str,
-                                                   plain: redis.Redis) -> None:
+                                                   plain: redis.Redis[bytes]) -> None:
     """The same record under the same tag as kombu's stock channel writes."""
     ours_q, stock_q = _queue(), _queue()
     with app.connection_for_write() as conn:
@@ -91,7 +91,7 @@ def test_a_busy_delivery_is_held_as_kombu_holds_it(app: Celery, broker_url: str,
 
 
 def test_a_held_message_is_requeued_by_a_reject_and_restored_after_its_timeout(
-        app: Celery, plain: redis.Redis) -> None:
+        app: Celery, plain: redis.Redis[bytes]) -> None:
     queue = _queue()
     with app.connection_for_write() as conn:
         channel: Any = conn.default_channel
@@ -112,7 +112,7 @@ def test_a_held_message_is_requeued_by_a_reject_and_restored_after_its_timeout(
 
 
 def test_an_empty_queue_waits_in_kombus_brpop(app: Celery, broker_url: str,
-                                              plain: redis.Redis) -> None:
+                                              plain: redis.Redis[bytes]) -> None:
     """The script finds nothing and the channel blocks in BRPOP; the message
     that wakes it is recorded by kombu's own two steps, and the next
     delivery tries the script again."""
