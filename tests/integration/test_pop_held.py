@@ -2,7 +2,8 @@
 and records it unacked in one script, writing exactly what kombu's own
 ``QoS.append`` writes, so everything kombu does with that record (ack, the
 requeue of a reject, the restore after the visibility timeout) still works;
-an empty queue falls back to kombu's blocking ``BRPOP``."""
+an empty queue, and a server that refuses scripts, fall back to kombu's
+blocking ``BRPOP``."""
 
 from __future__ import annotations
 
@@ -134,3 +135,33 @@ def test_an_empty_queue_waits_in_kombus_brpop(app: Celery, broker_url: str,
         assert _held(plain, message.delivery_tag)[0] == [message._raw, queue.name, queue.name]
         message.ack()
     assert _held(plain, message.delivery_tag) == (None, None)
+
+
+def test_a_server_that_refuses_scripts_gets_kombus_brpop(broker_url: str, plain: redis.Redis[bytes],
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A Redis user without ``@scripting``: the script is refused before it
+    pops anything, the channel says so once and takes the message by BRPOP."""
+    user, password = f"noscript-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    plain.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=["*"],
+                      channels=["*"], commands=["+@all", "-@scripting"])
+    url = broker_url.replace("redis://", f"redis://{user}:{password}@", 1)
+    app = Celery(f"pop-test-{uuid.uuid4().hex[:6]}", broker=url, amqp=LapAMQP,
+                 set_as_current=False)
+    queue = _queue()
+    try:
+        with app.connection_for_write() as conn:
+            channel: Any = conn.default_channel
+            _publish(conn, queue, {"n": 3}, {"n": 4})
+            with caplog.at_level("WARNING", logger="tasks.popheld"):
+                got = _take(conn, queue, 2)
+            assert [m.payload for m in got] == [{"n": 3}, {"n": 4}]
+            assert channel._pop_refused and not channel._pop_next
+            refusals = [r for r in caplog.records if "refused the pop-and-hold" in r.getMessage()]
+            assert len(refusals) == 1
+            for message in got:
+                assert _held(plain, message.delivery_tag)[0] == [message._raw, queue.name,
+                                                                 queue.name]
+                message.ack()
+    finally:
+        app.close()
+        plain.acl_deluser(user)
