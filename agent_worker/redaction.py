@@ -48,24 +48,26 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 # 60 us for a 400-character tool result). Only ASCII text is screened, because
 # Unicode case folding lets ``(?i)secret`` match ``\u017fecret``, which
 # lowercasing does not reveal. A mask cannot create a clue: it is bracketed.
-_Clues = tuple[tuple[str, ...], ...]
-_CLUES: tuple[tuple[bool, _Clues], ...] = (
-    (True, (("bearer", "authorization"),)),
-    (True, (("=", ":"), ("key", "token", "secret", "pass", "pwd", "appid", "sig"))),
-    (False, (("k-", "k_"),)),
-    (False, (("gh",), ("_",))),
-    (False, (("xox",),)),
-    (False, (("AKIA",),)),
-    (False, (("AIza",),)),
-    (True, (("://",), ("@",))),
+_CLUES: tuple[tuple[tuple[str, ...], ...], ...] = (
+    (("bearer", "authorization"),),
+    (("=", ":"), ("key", "token", "secret", "pass", "pwd", "appid", "sig")),
+    (("k-", "k_"),),
+    (("gh",), ("_",)),
+    (("xox",),),
+    (("AKIA",),),
+    (("AIza",),),
+    (("://",), ("@",)),
 )
+#: (pattern, replacement, whether its clues are looked for lowercased, clues).
+_SCREENED = tuple((pattern, replacement, bool(pattern.flags & re.IGNORECASE), clauses)
+                  for (pattern, replacement), clauses in zip(_PATTERNS, _CLUES, strict=True))
 
 
 def redact_secrets(text: str) -> str:
     """``text`` with common credential shapes replaced by ``[redacted]``."""
     screened = text.isascii()
     lowered = text.lower() if screened else text
-    for (pattern, replacement), (folded, clauses) in zip(_PATTERNS, _CLUES, strict=True):
+    for pattern, replacement, folded, clauses in _SCREENED:
         if screened:
             seen = lowered if folded else text
             if not all(any(c in seen for c in clause) for clause in clauses):

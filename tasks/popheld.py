@@ -69,10 +69,10 @@ class HeldQoS(kombu_redis.QoS):
     """kombu's Redis QoS, which does not write again what ``POP_AND_HOLD``
     wrote for the message being delivered."""
 
-    channel: Any
+    channel: PopHeldChannel
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        if delivery_tag == getattr(self.channel, "held_tag", None):
+        if delivery_tag == self.channel.held_tag:
             virtual.QoS.append(self, message, delivery_tag)
             return
         super().append(message, delivery_tag)
