@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 import uuid
 from typing import Any
@@ -22,7 +21,7 @@ import redis
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from bench.common import RedisDb
+from bench.common import RedisDb, spread
 
 
 def _round_trips(conn: Connection, queue: Queue, n: int) -> float:
@@ -79,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| transport | CPU µs per round (min-max) | redis-py clients built per round |")
     print("|---|---|---|")
     for label, samples in cpu.items():
-        print(f"| {label} | {statistics.median(samples):.0f} "
-              f"({min(samples):.0f}-{max(samples):.0f}) | "
+        print(f"| {label} | {spread(samples)} | "
               f"{clients[label] / (args.batches * args.rounds):.2f} |")
     return 0
 

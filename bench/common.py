@@ -114,6 +114,12 @@ def summary(values: Iterable[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs)}
 
 
+def spread(values: Iterable[float]) -> str:
+    """``median (min-max)``, whole numbers: a table cell of repeated measurements."""
+    s = summary(values)
+    return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})"
+
+
 def repeat_ms(fn: Callable[[], object], times: int) -> dict[str, float]:
     """Run ``fn`` ``times`` times; milliseconds per call, summarised."""
     samples = []

@@ -60,14 +60,14 @@ class BenchFleet:
     """One variant's fleet. ``env`` holds its ``AGENT_WORKER_*`` settings."""
 
     def __init__(self, name: str, env: Mapping[str, str], logdir: Path,
-                 agent_modules: str = "bench.agents") -> None:
-        self.name, self.logdir = name, logdir
+                 agent_modules: str = "bench.agents", tree: Path = ROOT) -> None:
+        self.name, self.logdir, self.tree = name, logdir, tree
         self.db = f"bench_{name.replace('-', '_')}"
         self.url = create_database(self.db)
         upgrade(sa_url(self.url))
         self.redis = RedisDb().__enter__()
         base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
-        self.env = {**base, "PYTHONPATH": str(ROOT),
+        self.env = {**base, "PYTHONPATH": str(tree),
                     "AGENT_WORKER_DATABASE_URL": sa_url(self.url),
                     "AGENT_WORKER_BROKER_URL": self.redis.url,
                     "AGENT_WORKER_AGENT_MODULES": agent_modules, **env}
@@ -88,7 +88,8 @@ class BenchFleet:
         args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel",
                 os.environ.get("BENCH_LOGLEVEL", "WARNING"), "--concurrency", str(concurrency),
                 "--without-mingle", "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
-        proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log").start()
+        proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log",
+                    cwd=self.tree).start()
         self.workers.append(proc)
         return proc
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, create_database, drop_database, interleaved_runs
+from bench.common import RESULTS, ROOT, create_database, drop_database, interleaved_runs
 from bench.fleets import BenchFleet
 from bench.ours import OWNERS, InProcess, _run_celery
 from bench.workload import run_id
@@ -49,9 +49,13 @@ class CelerySystem:
 
     owners: Mapping[str, str] = OWNERS
 
-    def __init__(self, name: str, env: Mapping[str, str], logdir: Path) -> None:
-        self.name = f"celery-{name}"
-        self.fleet = BenchFleet(f"handoff_{name}", env, logdir)
+    def __init__(self, name: str, env: Mapping[str, str], logdir: Path,
+                 tree: Path | None = None) -> None:
+        # A worker of another source tree (``--trees``) is named after it.
+        tag = f"@{tree.name}" if tree is not None else ""
+        self.name = f"celery-{name}{tag}"
+        self.fleet = BenchFleet(f"handoff_{name}{tag.replace('@', '_')}", env, logdir,
+                                tree=tree or ROOT)
         self.url = self.fleet.url
         self.fleet.worker(int(env.get("AGENT_WORKER_WORKER_CONCURRENCY", "1")))
         self.cpu_main = self.cpu_children = 0.0
@@ -83,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="50,200", help="run lengths (laps)")
     p.add_argument("--repeats", type=int, default=5, help="runs per (variant, size)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="pool variants to compare")
+    p.add_argument("--trees", default="",
+                   help="comma-separated other source trees (e.g. `git archive` of a base "
+                        "commit): each variant also runs with workers from each, paired")
     args = p.parse_args(argv)
+    trees = [Path(t).resolve() for t in args.trees.split(",") if t]
     sizes = [int(x) for x in args.sizes.split(",")]
     logdir = RESULTS / "logs" / f"handoff-{time.strftime('%Y%m%dT%H%M%S')}"
     logdir.mkdir(parents=True, exist_ok=True)
@@ -94,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         systems.append(InProcess(create_database(inproc_db)))
         for name in args.variants.split(","):
+            for tree in trees:
+                systems.append(CelerySystem(name, VARIANTS[name], logdir, tree))
             systems.append(CelerySystem(name, VARIANTS[name], logdir))
         out = interleaved_runs(systems, sizes, args.repeats, "ho", errors)
     finally:

@@ -1,6 +1,5 @@
-"""Sending laps through Celery. ``run_id`` and ``lap`` travel as kwargs so
-Flower's ``kwargs:run_id=...`` search finds a run's laps; the agent rides in
-a header (not the task name, which would explode Prometheus label sets)."""
+"""Sending laps through Celery: ``tasks.lapsend``'s one round trip where it
+applies, Celery's ``send_task`` with the same message everywhere else."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from celery import Celery
 from agent_worker.constants import LAP_TASK_NAME
 from store.base import DueLap
 from tasks.celeryapp import get_app
+from tasks.lapsend import LapSender, agent_header, lap_kwargs
 from tasks.routing import lap_queue
 
 log = logging.getLogger(__name__)
@@ -22,14 +22,23 @@ class CeleryDispatcher:
 
     def __init__(self, app: Celery | None = None) -> None:
         self.app = app
+        self._sender: LapSender | None = None
+
+    def _lap_sender(self, app: Celery) -> LapSender:
+        sender = self._sender
+        if sender is None or sender.app is not app:
+            sender = self._sender = LapSender(app)
+        return sender
 
     def send(self, lap: DueLap) -> None:
-        kwargs = {"run_id": lap.run_id, "lap": lap.lap}
+        app = self.app or get_app()
+        queue = lap_queue(lap.agent_name, lap.agent_version)
         try:
-            (self.app or get_app()).send_task(
-                LAP_TASK_NAME, kwargs=kwargs,
-                queue=lap_queue(lap.agent_name, lap.agent_version),
-                headers={"agent": f"{lap.agent_name}@{lap.agent_version}"},
+            if self._lap_sender(app).send(lap, queue):
+                return
+            kwargs = lap_kwargs(lap)
+            app.send_task(
+                LAP_TASK_NAME, kwargs=kwargs, queue=queue, headers=agent_header(lap),
                 # What Flower shows and searches: the very text Celery's
                 # saferepr would build, without its recursive walk (about
                 # 3% of a worker's CPU per lap, BENCHMARKS.md).

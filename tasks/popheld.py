@@ -23,11 +23,17 @@ kombu's two steps, so an idle worker costs what it cost before. A prefixed
 keyspace (``global_keyprefix``) and a transport without ack emulation keep
 kombu's path throughout, and so does a channel whose server refused the
 script (an ACL without ``@scripting``), after one warning.
+
+``HeldQoS`` also keeps the process's held delivery tags, so that a lap
+running in this process (threads, solo) can ack its own delivery in the
+round trip that sends its successor (``tasks.lapsend``); the consumer's own
+ack of such a tag then only forgets it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from queue import Empty
 from time import monotonic, time
 from typing import Any
@@ -65,17 +71,65 @@ return false
 then writes what it can), or nil when every list is empty."""
 
 
+_held: set[str] = set()
+"""Delivery tags the consumers of this process hold unacked."""
+_successor_acked: set[str] = set()
+"""Those of them whose unacked records a successor's send removed (``tasks.lapsend``)."""
+
+
+def _forget_all() -> None:
+    # A forked pool child holds nothing: its parent's consumer does.
+    _held.clear()
+    _successor_acked.clear()
+
+
+os.register_at_fork(after_in_child=_forget_all)
+
+
+def held_here(tag: str) -> bool:
+    """Whether a consumer of this process holds the delivery ``tag`` unacked."""
+    return tag in _held
+
+
+def acked_by_successor(tag: str) -> None:
+    """Note that the delivery's unacked records are gone from Redis, removed
+    in the round trip that sent its successor: its ack only forgets it."""
+    _successor_acked.add(tag)
+
+
 class HeldQoS(kombu_redis.QoS):
     """kombu's Redis QoS, which does not write again what ``POP_AND_HOLD``
-    wrote for the message being delivered."""
+    wrote for the message being delivered, nor remove again what a
+    successor's send removed (``tasks.lapsend``)."""
 
     channel: PopHeldChannel
 
     def append(self, message: Any, delivery_tag: str) -> None:
+        _held.add(delivery_tag)
         if delivery_tag == self.channel.held_tag:
             virtual.QoS.append(self, message, delivery_tag)
             return
         super().append(message, delivery_tag)
+
+    def ack(self, delivery_tag: str) -> None:
+        _held.discard(delivery_tag)
+        if delivery_tag in _successor_acked:
+            _successor_acked.discard(delivery_tag)
+            virtual.QoS.ack(self, delivery_tag)
+            return
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        # A successor-acked delivery has nothing left to restore: its successor is queued.
+        _held.discard(delivery_tag)
+        _successor_acked.discard(delivery_tag)
+        super().reject(delivery_tag, requeue=requeue)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        for tag in self._delivered or ():
+            _held.discard(tag)
+            _successor_acked.discard(tag)
+        super().restore_unacked(client)
 
 
 class PopHeldChannel(kombu_redis.Channel):
@@ -142,4 +196,4 @@ class PopHeldChannel(kombu_redis.Channel):
             ch._flush_brpop_reauth()
 
 
-__all__ = ["POP_AND_HOLD", "HeldQoS", "PopHeldChannel"]
+__all__ = ["POP_AND_HOLD", "HeldQoS", "PopHeldChannel", "acked_by_successor", "held_here"]

@@ -164,14 +164,15 @@ def lock_redis_db(numbers: Iterable[int]) -> tuple[IO[str], int] | None:
 class Proc:
     """A subprocess in its own process group."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.args, self.env, self.log = args, env, log
+    def __init__(self, args: list[str], env: dict[str, str], log: Path,
+                 cwd: Path = ROOT) -> None:
+        self.args, self.env, self.log, self.cwd = args, env, log, cwd
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log, "ab")  # noqa: SIM115 - lives as long as the process
-        self.popen = subprocess.Popen(self.args, env=self.env, cwd=ROOT, stdout=out,
+        self.popen = subprocess.Popen(self.args, env=self.env, cwd=self.cwd, stdout=out,
                                       stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
         return self

@@ -1,0 +1,161 @@
+"""Sending a lap message in one Redis round trip that also acks the lap that sent it.
+
+``Celery.send_task`` spends about 280 µs of CPU on a lap message whose LPUSH
+costs about 95 (``python -m bench.lap_send``; BENCHMARKS.md, "A lap sent in
+one command, its ack in the same round trip"): the registry and router
+lookups, a producer taken from the pool and given back, ``Connection.ensure``'s
+retry wrapper, the entity revival and kombu's generic publish, on every lap,
+on the lap's critical path. ``LapSender`` builds the same message with
+Celery's own protocol code (``AMQP.as_task_v2``, kombu's serializer and body
+encoding) and pushes it with one command, for about 170 µs;
+``tests/integration/test_lap_send.py`` checks it against ``send_task``'s,
+field by field.
+
+And the lap that sends its successor is done: its checkpoint is committed
+(``Runtime.send_all`` sends only after that), and the successor carries the
+run on. So when the consumer that holds this lap's delivery runs in this
+process (the threads and solo pools; ``tasks.popheld`` knows its tags), the
+same ``MULTI`` also removes the delivery's unacked records, kombu's own
+``QoS.ack`` minus the round trip, and the consumer's later ack only forgets
+the tag. A crash before the ``EXEC`` leaves both undone (the lap is
+redelivered, its claim finds the lap committed, the sweeper re-sends the
+successor if it is overdue); after it, both are done. Under prefork the lap
+runs in a child while the parent holds the delivery, so the child sends
+without acking and the parent acks as before.
+
+Celery's path stays wherever this one would differ from it: a transport
+other than ``tasks.broker``'s Redis channel (``memory://`` in unit tests,
+Sentinel), a prefixed keyspace (``global_keyprefix``), a queue with an
+expiry, and any receiver of the publish signals (an OpenTelemetry
+instrumentation injecting trace headers, say). With task events on, the
+``task-sent`` event Flower reads is published as ``send_task`` publishes it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, cast
+
+from celery import Celery, signals
+from celery.utils.nodenames import anon_nodename
+from kombu import serialization
+from kombu.entity import maybe_delivery_mode
+from kombu.utils.json import dumps
+from kombu.utils.uuid import uuid
+
+from agent_worker.constants import LAP_TASK_NAME
+from store.base import DueLap
+from tasks.broker import SharedClientChannel
+from tasks.popheld import acked_by_successor, held_here
+
+
+def lap_kwargs(lap: DueLap) -> dict[str, Any]:
+    """The lap task's kwargs: ``run_id`` and ``lap`` travel as kwargs so
+    Flower's ``kwargs:run_id=...`` search finds a run's laps."""
+    return {"run_id": lap.run_id, "lap": lap.lap}
+
+
+def agent_header(lap: DueLap) -> dict[str, str]:
+    """The agent rides in a header, not the task name (which would explode
+    Flower's Prometheus label sets)."""
+    return {"agent": f"{lap.agent_name}@{lap.agent_version}"}
+
+
+def _publish_observed() -> bool:
+    return bool(signals.before_task_publish.receivers or signals.after_task_publish.receivers
+                or signals.task_sent.receivers)
+
+
+def _own_delivery(task: Any, lap: DueLap) -> str | None:
+    """The delivery tag of ``task``, the worker task running in this thread,
+    when it is a lap whose successor is ``lap`` (same run, a later or the same
+    lap) and a consumer of this process holds that delivery; else ``None``."""
+    if task is None or task.name != LAP_TASK_NAME:
+        return None
+    request = task.request
+    kwargs = request.kwargs or {}
+    current = kwargs.get("lap")
+    if kwargs.get("run_id") != lap.run_id or not isinstance(current, int) or lap.lap < current:
+        return None
+    tag = (request.properties or {}).get("delivery_tag")
+    return tag if isinstance(tag, str) and held_here(tag) else None
+
+
+class LapSender:
+    """Sends lap messages for ``app`` through one write connection of its own
+    (rebuilt in a forked child); ``send`` returns ``False`` where
+    ``send_task`` must send instead."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self._lock = threading.Lock()
+        self._pid = 0
+        self._channel: SharedClientChannel | None = None
+        self._producer: Any = None
+        self._origin = ""
+
+    def _open(self) -> SharedClientChannel | None:
+        if self._pid == os.getpid():
+            return self._channel
+        with self._lock:
+            if self._pid != os.getpid():
+                connection = self.app.connection_for_write()
+                channel = connection.default_channel
+                self._channel = (channel if type(channel) is SharedClientChannel
+                                 and not channel.global_keyprefix else None)
+                self._producer = (self.app.amqp.Producer(connection, auto_declare=False)
+                                  if self._channel is not None else None)
+                self._origin = anon_nodename()  # as Celery names a sender: its pid and host
+                self._pid = os.getpid()
+        return self._channel
+
+    def send(self, lap: DueLap, queue: str) -> bool:
+        channel = self._open()
+        ch: Any = channel  # kombu's private members, which its type stubs do not list
+        if channel is None or _publish_observed() or queue in ch._expires:
+            return False
+        # Any: celery-types' stubs miss that send_task itself passes
+        # ignore_result=None, and the event dispatcher send_task publishes with.
+        app, amqp = self.app, cast(Any, self.app.amqp)
+        kwargs, task_id = lap_kwargs(lap), uuid()
+        parent = app.current_worker_task
+        headers, properties, body, sent_event = amqp.as_task_v2(
+            task_id, LAP_TASK_NAME, kwargs=kwargs, reply_to=app.thread_oid,
+            create_sent_event=app.conf.task_send_sent_event,
+            root_id=(parent.request.root_id or parent.request.id) if parent else None,
+            parent_id=parent.request.id if parent else None,
+            argsrepr="()", kwargsrepr=repr(kwargs), origin=self._origin, ignore_result=None)
+        headers.update(agent_header(lap))
+        content_type, encoding, data = serialization.dumps(body,
+                                                           serializer=app.conf.task_serializer)
+        encoded, body_encoding = ch.encode_body(data, channel.body_encoding)
+        properties.update(
+            argsrepr="()", kwargsrepr=repr(kwargs),
+            delivery_mode=maybe_delivery_mode(app.conf.task_default_delivery_mode),
+            delivery_info={"exchange": "", "routing_key": queue},
+            priority=channel.default_priority, body_encoding=body_encoding,
+            delivery_tag=uuid())
+        message = dumps({"body": encoded, "content-encoding": encoding,
+                         "content-type": content_type, "headers": headers,
+                         "properties": properties})
+        key = ch._q_for_pri(queue, channel.default_priority)
+        tag = _own_delivery(parent, lap) if channel.ack_emulation else None
+        with channel.conn_or_acquire() as client:
+            if tag is None:
+                client.lpush(key, message)
+            else:
+                with client.pipeline(transaction=True) as pipe:
+                    pipe.lpush(key, message)
+                    pipe.zrem(channel.unacked_index_key, tag)
+                    pipe.hdel(channel.unacked_key, tag)
+                    pipe.execute()
+                acked_by_successor(tag)
+        if sent_event is not None:
+            sent_event.update(queue=queue, exchange="", routing_key=queue)
+            amqp._event_dispatcher.publish("task-sent", sent_event, self._producer, retry=True,
+                                           retry_policy=app.conf.task_publish_retry_policy)
+        return True
+
+
+__all__ = ["LapSender", "agent_header", "lap_kwargs"]
