@@ -34,7 +34,6 @@ instrumentation injecting trace headers, say). With task events on, the
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, cast
 
 from celery import Celery, signals
@@ -83,38 +82,36 @@ def _own_delivery(task: Any, lap: DueLap) -> str | None:
 
 
 class LapSender:
-    """Sends lap messages for ``app`` through one write connection of its own
-    (rebuilt in a forked child); ``send`` returns ``False`` where
-    ``send_task`` must send instead."""
+    """Sends lap messages for ``app`` through a producer of its pool, as
+    ``send_task`` does (``broker_pool_limit`` connections at most, a thread
+    waits for one); ``send`` returns ``False`` where ``send_task`` must send
+    instead."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
-        self._lock = threading.Lock()
-        self._pid = 0
-        self._channel: SharedClientChannel | None = None
-        self._producer: Any = None
         self._origin = ""
+        self._pid = 0
 
-    def _open(self) -> SharedClientChannel | None:
-        if self._pid == os.getpid():
-            return self._channel
-        with self._lock:
-            if self._pid != os.getpid():
-                connection = self.app.connection_for_write()
-                channel = connection.default_channel
-                self._channel = (channel if type(channel) is SharedClientChannel
-                                 and not channel.global_keyprefix else None)
-                self._producer = (self.app.amqp.Producer(connection, auto_declare=False)
-                                  if self._channel is not None else None)
-                self._origin = anon_nodename()  # as Celery names a sender: its pid and host
-                self._pid = os.getpid()
-        return self._channel
+    def _sender_name(self) -> str:
+        # As Celery names a sender: its pid and host (a forked child is another).
+        if self._pid != os.getpid():
+            self._origin, self._pid = anon_nodename(), os.getpid()
+        return self._origin
 
     def send(self, lap: DueLap, queue: str) -> bool:
-        channel = self._open()
-        ch: Any = channel  # kombu's private members, which its type stubs do not list
-        if channel is None or _publish_observed() or queue in ch._expires:
+        if _publish_observed():
             return False
+        with self.app.producer_pool.acquire(block=True) as producer:
+            channel = producer.channel
+            ch: Any = channel  # kombu's private members, which its type stubs do not list
+            if (type(channel) is not SharedClientChannel or channel.global_keyprefix
+                    or queue in ch._expires):
+                return False
+            self._push(lap, queue, channel, producer)
+        return True
+
+    def _push(self, lap: DueLap, queue: str, channel: SharedClientChannel, producer: Any) -> None:
+        ch: Any = channel
         # Any: celery-types' stubs miss that send_task itself passes
         # ignore_result=None, and the event dispatcher send_task publishes with.
         app, amqp = self.app, cast(Any, self.app.amqp)
@@ -125,7 +122,8 @@ class LapSender:
             create_sent_event=app.conf.task_send_sent_event,
             root_id=(parent.request.root_id or parent.request.id) if parent else None,
             parent_id=parent.request.id if parent else None,
-            argsrepr="()", kwargsrepr=repr(kwargs), origin=self._origin, ignore_result=None)
+            argsrepr="()", kwargsrepr=repr(kwargs), origin=self._sender_name(),
+            ignore_result=None)
         headers.update(agent_header(lap))
         content_type, encoding, data = serialization.dumps(body,
                                                            serializer=app.conf.task_serializer)
@@ -153,9 +151,8 @@ class LapSender:
                 acked_by_successor(tag)
         if sent_event is not None:
             sent_event.update(queue=queue, exchange="", routing_key=queue)
-            amqp._event_dispatcher.publish("task-sent", sent_event, self._producer, retry=True,
+            amqp._event_dispatcher.publish("task-sent", sent_event, producer, retry=True,
                                            retry_policy=app.conf.task_publish_retry_policy)
-        return True
 
 
 __all__ = ["LapSender", "agent_header", "lap_kwargs"]

@@ -111,6 +111,30 @@ def test_the_lap_message_is_the_one_send_task_publishes(broker_url: str,
     assert mine == theirs
 
 
+def test_many_threads_sending_at_once_share_the_apps_producer_pool(
+        broker_url: str, plain: redis.Redis[bytes]) -> None:
+    """More senders than ``broker_pool_limit`` connections (the IO-bound
+    fleet's threads): each waits for a pooled connection, none is refused."""
+    app = _app(broker_url, events=False)
+    sender, queue = LapSender(app), lap_queue("loop", "1")
+    refused: list[BaseException] = []
+
+    def send_many(worker: int) -> None:
+        try:
+            for lap in range(20):
+                assert sender.send(DueLap(f"run-{worker}", lap, "loop", "1"), queue)
+        except BaseException as e:
+            refused.append(e)
+
+    threads = [threading.Thread(target=send_many, args=(i,)) for i in range(60)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    app.close()
+    assert refused == [] and plain.llen(queue) == 60 * 20
+
+
 def test_a_publish_signal_receiver_gets_celerys_own_path(broker_url: str,
                                                          plain: redis.Redis[bytes]) -> None:
     app = _app(broker_url, events=False)
