@@ -111,7 +111,7 @@ class LapSender:
         return True
 
     def _push(self, lap: DueLap, queue: str, channel: SharedClientChannel, producer: Any) -> None:
-        ch: Any = channel
+        ch: Any = channel  # kombu's private members, which its type stubs do not list
         # Any: celery-types' stubs miss that send_task itself passes
         # ignore_result=None, and the event dispatcher send_task publishes with.
         app, amqp = self.app, cast(Any, self.app.amqp)
@@ -144,10 +144,8 @@ class LapSender:
                 client.lpush(key, message)
             else:
                 with client.pipeline(transaction=True) as pipe:
-                    pipe.lpush(key, message)
-                    pipe.zrem(channel.unacked_index_key, tag)
-                    pipe.hdel(channel.unacked_key, tag)
-                    pipe.execute()
+                    # kombu's own ack of ``tag`` (QoS.ack's ZREM and HDEL), queued after the push
+                    ch.qos._remove_from_indices(tag, pipe.lpush(key, message)).execute()
                 acked_by_successor(tag)
         if sent_event is not None:
             sent_event.update(queue=queue, exchange="", routing_key=queue)

@@ -71,19 +71,13 @@ return false
 then writes what it can), or nil when every list is empty."""
 
 
-_held: set[str] = set()
-"""Delivery tags the consumers of this process hold unacked."""
-_successor_acked: set[str] = set()
-"""Those of them whose unacked records a successor's send removed (``tasks.lapsend``)."""
+_held: dict[str, bool] = {}
+"""Delivery tags the consumers of this process hold unacked, each ``True``
+once a successor's send removed its unacked records (``tasks.lapsend``)."""
 
 
-def _forget_all() -> None:
-    # A forked pool child holds nothing: its parent's consumer does.
-    _held.clear()
-    _successor_acked.clear()
-
-
-os.register_at_fork(after_in_child=_forget_all)
+# A forked pool child holds nothing: its parent's consumer does.
+os.register_at_fork(after_in_child=_held.clear)
 
 
 def held_here(tag: str) -> bool:
@@ -94,7 +88,8 @@ def held_here(tag: str) -> bool:
 def acked_by_successor(tag: str) -> None:
     """Note that the delivery's unacked records are gone from Redis, removed
     in the round trip that sent its successor: its ack only forgets it."""
-    _successor_acked.add(tag)
+    if tag in _held:
+        _held[tag] = True
 
 
 class HeldQoS(kombu_redis.QoS):
@@ -105,30 +100,26 @@ class HeldQoS(kombu_redis.QoS):
     channel: PopHeldChannel
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        _held.add(delivery_tag)
+        _held[delivery_tag] = False
         if delivery_tag == self.channel.held_tag:
             virtual.QoS.append(self, message, delivery_tag)
             return
         super().append(message, delivery_tag)
 
     def ack(self, delivery_tag: str) -> None:
-        _held.discard(delivery_tag)
-        if delivery_tag in _successor_acked:
-            _successor_acked.discard(delivery_tag)
+        if _held.pop(delivery_tag, False):
             virtual.QoS.ack(self, delivery_tag)
             return
         super().ack(delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         # A successor-acked delivery has nothing left to restore: its successor is queued.
-        _held.discard(delivery_tag)
-        _successor_acked.discard(delivery_tag)
+        _held.pop(delivery_tag, None)
         super().reject(delivery_tag, requeue=requeue)
 
     def restore_unacked(self, client: Any = None) -> None:
         for tag in self._delivered or ():
-            _held.discard(tag)
-            _successor_acked.discard(tag)
+            _held.pop(tag, None)
         super().restore_unacked(client)
 
 
