@@ -32,6 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENTS = "agent_worker.demo.refund_desk,tests.agents"
 
 
+#: The pool every test worker runs: AGENT_WORKER_TEST_POOL=threads runs the
+#: integration and chaos suites under the IO-bound fleets' pool (README).
+TEST_POOL = os.environ.get("AGENT_WORKER_TEST_POOL", "prefork")
+
+
 def default_timing() -> dict[str, str]:
     """The default timing settings, as environment overrides for fleets whose
     fixture shortened them (short timings hid bug 10 of issue 14)."""
@@ -68,9 +73,7 @@ def worker_environ(database_url: str, broker_url: str, fault_dir: Path,
         AGENT_WORKER_QUEUED_OVERDUE_SECONDS="5",
         AGENT_WORKER_RETRY_BACKOFF_SECONDS="0.2",
         AGENT_WORKER_FAULT_DIR=str(fault_dir),
-        # The pool every test worker runs: AGENT_WORKER_TEST_POOL=threads runs the
-        # integration and chaos suites under the IO-bound fleets' pool.
-        AGENT_WORKER_WORKER_POOL=os.environ.get("AGENT_WORKER_TEST_POOL", "prefork"),
+        AGENT_WORKER_WORKER_POOL=TEST_POOL,
     )
     return env
 
@@ -258,7 +261,7 @@ class Fleet:
                **env: str) -> Proc:
         self._n += 1
         # No --pool: AGENT_WORKER_WORKER_POOL decides, as in a deployment (the
-        # worker_env fixture takes it from AGENT_WORKER_TEST_POOL, default prefork).
+        # worker_env fixture takes it from TEST_POOL).
         args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
                 "--concurrency", str(concurrency), "--without-mingle",
                 "--without-gossip", "-n", f"w{self._n}-{os.getpid()}@%h"]

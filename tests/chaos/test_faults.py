@@ -22,11 +22,10 @@ from store.db import make_engine
 from tests.chaos.conftest import PgStop, PrivatePostgres, PrivateRedis
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.principals import acting
-from tests.support import Fleet, Proc, wait_for
+from tests.support import TEST_POOL, Fleet, Proc, wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
-# AGENT_WORKER_TEST_POOL=threads: the suite's workers run the threads pool (README).
-THREADS = os.environ.get("AGENT_WORKER_TEST_POOL") == "threads"
+THREADS = TEST_POOL == "threads"
 
 
 def _kinds(aw: AgentWorker, run_id: str) -> Counter[str]:
