@@ -22,7 +22,7 @@ import tasks.lap  # noqa: F401  (registers the lap task with every app, as in a 
 from agent_worker.constants import LAP_TASK_NAME
 from bench.common import RedisDb, spread
 from store.base import DueLap
-from tasks.broker import LapAMQP
+from tasks.broker import EVENT_EXCHANGE, LapAMQP
 from tasks.lapsend import LapSender, agent_header, lap_kwargs
 from tasks.routing import lap_queue
 
@@ -32,13 +32,16 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sends", type=int, default=2000, help="sends per batch")
     p.add_argument("--batches", type=int, default=9)
+    p.add_argument("--events", action="store_true",
+                   help="with task events on (the default of AGENT_WORKER_TASK_EVENTS): "
+                        "each send also publishes task-sent")
     args = p.parse_args(argv)
     lap = DueLap("bench-run-0001", 7, "bench", "1")
     queue = lap_queue(lap.agent_name, lap.agent_version)
     with RedisDb() as rdb:
         app = Celery("lap-send-bench", broker=rdb.url, amqp=LapAMQP, set_as_current=False)
         app.conf.update(task_serializer="json", accept_content=["json"],
-                        task_send_sent_event=False)
+                        task_send_sent_event=args.events, event_exchange=EVENT_EXCHANGE)
         sender = LapSender(app)
         plain = redis.Redis.from_url(rdb.url)
         kwargs = lap_kwargs(lap)
@@ -70,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                 plain.delete(queue)
         app.close()
         plain.close()
-    print(f"message of {len(sample)} B; {args.batches} batches of {args.sends} sends")
+    print(f"message of {len(sample)} B; {args.batches} batches of {args.sends} sends; "
+          f"task-sent events {'on' if args.events else 'off'}")
     print("| way | CPU µs/send (min-max) | wall µs/send (min-max) |")
     print("|---|---|---|")
     for name in ways:

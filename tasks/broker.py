@@ -28,6 +28,7 @@ of kombu in the process.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,15 +37,50 @@ from celery.app.amqp import AMQP
 from kombu import Connection
 from kombu.connection import ConnectionPool, PooledConnection
 from kombu.transport import redis as kombu_redis
+from kombu.utils.json import dumps
+from redis.connection import AbstractConnection
 
+from tasks.eventpublish import UnawaitedPublisher
 from tasks.popheld import PopHeldChannel
+
+EVENT_EXCHANGE = "celeryev"
+"""Celery's event exchange (``event_exchange``, set to this by the app): its
+publishes do not wait for Redis's reply (``tasks.eventpublish``)."""
+
+_events_made = threading.Lock()
 
 
 class SharedClientChannel(PopHeldChannel):
     """kombu's Redis channel with one client per connection pool (and the
-    delivery of ``tasks.popheld``)."""
+    delivery of ``tasks.popheld``, the task events of ``tasks.eventpublish``)."""
 
     _shared: Any = None
+    _events: UnawaitedPublisher | None = None
+
+    def _put_fanout(self, exchange: str, message: Any, routing_key: str, **kwargs: Any) -> None:
+        if (exchange != EVENT_EXCHANGE or self.global_keyprefix
+                or kwargs.get("_publish_batch") is not None):
+            super()._put_fanout(exchange, message, routing_key, **kwargs)  # type: ignore[misc]
+            return
+        if self._events is None:
+            with _events_made:
+                if self._events is None:
+                    self._events = UnawaitedPublisher(self._events_connection)
+        topics = self._get_publish_topics(exchange, routing_key)  # type: ignore[attr-defined]
+        self._events.publish(topics, dumps(message))
+
+    def _events_connection(self) -> AbstractConnection:
+        # The pool's own class and arguments: same server, database, credentials, TLS.
+        pool: Any = self.pool
+        made: AbstractConnection = pool.connection_class(**pool.connection_kwargs)
+        return made
+
+    def _disconnect_pools(self) -> None:
+        # Closing, a fork or a lost connection: the events' connection goes too.
+        events, self._events = self._events, None
+        if events is not None:
+            events.close()
+        super()._disconnect_pools()  # type: ignore[misc]
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

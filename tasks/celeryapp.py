@@ -26,6 +26,7 @@ from agent_worker.constants import (
 )
 from agent_worker.deploy_checks import check_deploy_secrets
 from agent_worker.settings import get_settings
+from tasks.broker import EVENT_EXCHANGE
 from tasks.routing import lap_queue, served_pairs
 
 
@@ -76,6 +77,8 @@ def make_app() -> Celery:
         # publish per lap: AGENT_WORKER_TASK_EVENTS=false saves them, BENCHMARKS.md).
         worker_send_task_events=s.task_events,
         task_send_sent_event=s.task_events,
+        # Celery's default, named: its publishes skip the wait for Redis's reply.
+        event_exchange=EVENT_EXCHANGE,
         # The pool: prefork for CPU-bound laps, threads for laps that wait on a
         # model (README: IO-bound fleets). A --pool/--concurrency flag wins.
         worker_pool=s.worker_pool,

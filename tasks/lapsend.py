@@ -28,7 +28,9 @@ other than ``tasks.broker``'s Redis channel (``memory://`` in unit tests,
 Sentinel), a prefixed keyspace (``global_keyprefix``), a queue with an
 expiry, and any receiver of the publish signals (an OpenTelemetry
 instrumentation injecting trace headers, say). With task events on, the
-``task-sent`` event Flower reads is published as ``send_task`` publishes it.
+``task-sent`` event Flower reads is the message ``send_task``'s event
+dispatcher would publish, ``PUBLISH``ed in the same round trip as the push
+(``python -m bench.lap_send --events``: 240 -> 162 µs of CPU a send).
 """
 
 from __future__ import annotations
@@ -125,32 +127,58 @@ class LapSender:
             argsrepr="()", kwargsrepr=repr(kwargs), origin=self._sender_name(),
             ignore_result=None)
         headers.update(agent_header(lap))
-        content_type, encoding, data = serialization.dumps(body,
-                                                           serializer=app.conf.task_serializer)
-        encoded, body_encoding = ch.encode_body(data, channel.body_encoding)
         properties.update(
             argsrepr="()", kwargsrepr=repr(kwargs),
-            delivery_mode=maybe_delivery_mode(app.conf.task_default_delivery_mode),
-            delivery_info={"exchange": "", "routing_key": queue},
-            priority=channel.default_priority, body_encoding=body_encoding,
-            delivery_tag=uuid())
-        message = dumps({"body": encoded, "content-encoding": encoding,
-                         "content-type": content_type, "headers": headers,
-                         "properties": properties})
+            delivery_mode=maybe_delivery_mode(app.conf.task_default_delivery_mode))
+        message = _on_the_wire(channel, serialization.dumps(
+            body, serializer=app.conf.task_serializer), headers, properties, exchange="",
+            routing_key=queue)
         key = ch._q_for_pri(queue, channel.default_priority)
         tag = _own_delivery(parent, lap) if channel.ack_emulation else None
+        event = None if sent_event is None else self._sent(channel, sent_event, queue)
         with channel.conn_or_acquire() as client:
-            if tag is None:
+            if tag is None and event is None:
                 client.lpush(key, message)
-            else:
-                with client.pipeline(transaction=True) as pipe:
+                return
+            with client.pipeline(transaction=tag is not None) as pipe:
+                pipe.lpush(key, message)
+                if tag is not None:
                     # kombu's own ack of ``tag`` (QoS.ack's ZREM and HDEL), queued after the push
-                    ch.qos._remove_from_indices(tag, pipe.lpush(key, message)).execute()
+                    ch.qos._remove_from_indices(tag, pipe)
+                if event is not None:
+                    pipe.publish(*event)
+                pipe.execute()
+            if tag is not None:
                 acked_by_successor(tag)
-        if sent_event is not None:
-            sent_event.update(queue=queue, exchange="", routing_key=queue)
-            amqp._event_dispatcher.publish("task-sent", sent_event, producer, retry=True,
-                                           retry_policy=app.conf.task_publish_retry_policy)
+
+    def _sent(self, channel: SharedClientChannel, fields: dict[str, Any],
+              queue: str) -> tuple[str, str]:
+        """``task-sent`` as ``send_task``'s event dispatcher publishes it,
+        as (topic, message) for a ``PUBLISH`` in the push's round trip."""
+        dispatcher = cast(Any, self.app.amqp)._event_dispatcher
+        fields.update(queue=queue, exchange="", routing_key=queue)
+        event = dispatcher._prepare_event("task-sent", fields)
+        exchange, routing_key = dispatcher.exchange.name, "task.sent"
+        message = _on_the_wire(
+            channel, serialization.dumps(event, serializer=dispatcher.serializer),
+            dispatcher.headers, {"delivery_mode": maybe_delivery_mode(dispatcher.delivery_mode)},
+            exchange=exchange, routing_key=routing_key)
+        topic: str = cast(Any, channel)._get_publish_topic(exchange, routing_key)
+        return topic, message
+
+
+def _on_the_wire(channel: SharedClientChannel, serialized: tuple[str, str, Any],
+                 headers: dict[str, Any], properties: dict[str, Any], *, exchange: str,
+                 routing_key: str) -> str:
+    """A message as kombu's Redis channel writes it: ``Producer.publish``'s
+    envelope, then ``basic_publish``'s body encoding and delivery tag."""
+    content_type, encoding, data = serialized
+    encoded, body_encoding = cast(Any, channel).encode_body(data, channel.body_encoding)
+    properties.update(delivery_info={"exchange": exchange, "routing_key": routing_key},
+                      priority=channel.default_priority, body_encoding=body_encoding,
+                      delivery_tag=uuid())
+    return dumps({"body": encoded, "content-encoding": encoding, "content-type": content_type,
+                  "headers": headers, "properties": properties})
 
 
 __all__ = ["LapSender", "agent_header", "lap_kwargs"]

@@ -7,7 +7,6 @@ reads as ``redis://`` to whoever renders it (Flower, the worker's banner)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ import redis
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from tasks.broker import LapAMQP, SharedClientTransport
+from tasks.broker import SharedClientTransport
 
 pytestmark = pytest.mark.integration
 
@@ -32,15 +31,6 @@ def clients_built(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(redis.Redis, "__init__", counting)
     return built
-
-
-@pytest.fixture
-def app(broker_url: str) -> Iterator[Celery]:
-    app = Celery(f"broker-test-{uuid.uuid4().hex[:6]}", broker=broker_url, amqp=LapAMQP,
-                 set_as_current=False)
-    app.conf.update(task_serializer="json", accept_content=["json"])
-    yield app
-    app.close()
 
 
 def _publish(conn: Connection, queue: Queue, n: int) -> None:

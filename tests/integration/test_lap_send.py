@@ -14,7 +14,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import celery._state
 import pytest
@@ -31,6 +31,7 @@ from tasks.dispatch import CeleryDispatcher
 from tasks.lapsend import LapSender
 from tasks.popheld import held_here
 from tasks.routing import lap_queue
+from tests.integration.brokers import EventWatcher
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.support import Fleet
 
@@ -79,15 +80,7 @@ def test_the_lap_message_is_the_one_send_task_publishes(broker_url: str,
                                                         plain: redis.Redis[bytes],
                                                         events: bool) -> None:
     app = _app(broker_url, events=events)
-    sent: list[tuple[str, dict[str, Any]]] = []
-    dispatcher: Any = cast(Any, app.amqp)._event_dispatcher
-    publish = dispatcher.publish
-
-    def recording(kind: str, fields: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
-        sent.append((kind, dict(fields)))
-        return publish(kind, fields, *args, **kwargs)
-
-    dispatcher.publish = recording
+    watching = EventWatcher(plain, broker_url)
     lap = DueLap("rün-1", 7, "loop", "1")
     queue = lap_queue("loop", "1")
     try:
@@ -97,18 +90,31 @@ def test_the_lap_message_is_the_one_send_task_publishes(broker_url: str,
         app.send_task(LAP_TASK_NAME, kwargs=kwargs, queue=queue, headers={"agent": "loop@1"},
                       argsrepr="()", kwargsrepr=repr(kwargs), declare=[])
         celerys = _pop(plain, queue)
+        sent = watching.take(2 if events else 0)
+        assert watching.take(1, timeout=0.3) == [], "more events than send_task's"
     finally:
+        watching.close()
         app.close()
     assert _comparable(ours) == _comparable(celerys)
     assert ours["headers"]["root_id"] == ours["headers"]["id"]
     if not events:
         assert sent == []
         return
-    assert [kind for kind, _ in sent] == ["task-sent", "task-sent"]
-    (_, mine), (_, theirs) = sent
-    assert mine.pop("uuid") == ours["headers"]["id"] and mine.pop("root_id")
-    theirs.pop("uuid"), theirs.pop("root_id")
+    (my_topic, mine), (their_topic, theirs) = sent
+    assert my_topic == their_topic
+    mine, theirs = _event_comparable(mine), _event_comparable(theirs)
+    assert mine["body"]["uuid"] == ours["headers"]["id"]
+    for event in (mine["body"], theirs["body"]):
+        assert event.pop("uuid") and event.pop("root_id") and event.pop("timestamp")
+        assert event.pop("clock") > 0
     assert mine == theirs
+
+
+def _event_comparable(message: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(message))
+    assert out["properties"].pop("delivery_tag")
+    out["body"] = json.loads(base64.b64decode(out["body"]))
+    return out
 
 
 def test_many_threads_sending_at_once_share_the_apps_producer_pool(

@@ -11,7 +11,6 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,25 +18,10 @@ import redis
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from tasks.broker import LapAMQP
 from tasks.popheld import PopHeldChannel
+from tests.integration.brokers import broker_app, redis_user_denied
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def app(broker_url: str) -> Iterator[Celery]:
-    app = Celery(f"pop-test-{uuid.uuid4().hex[:6]}", broker=broker_url, amqp=LapAMQP,
-                 set_as_current=False)
-    yield app
-    app.close()
-
-
-@pytest.fixture
-def plain(broker_url: str) -> Iterator[redis.Redis[bytes]]:
-    client = redis.Redis.from_url(broker_url)
-    yield client
-    client.close()
 
 
 def _queue() -> Queue:
@@ -141,27 +125,23 @@ def test_a_server_that_refuses_scripts_gets_kombus_brpop(broker_url: str, plain:
                                                          caplog: pytest.LogCaptureFixture) -> None:
     """A Redis user without ``@scripting``: the script is refused before it
     pops anything, the channel says so once and takes the message by BRPOP."""
-    user, password = f"noscript-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
-    plain.acl_setuser(user, enabled=True, passwords=[f"+{password}"], keys=["*"],
-                      channels=["*"], commands=["+@all", "-@scripting"])
-    url = broker_url.replace("redis://", f"redis://{user}:{password}@", 1)
-    app = Celery(f"pop-test-{uuid.uuid4().hex[:6]}", broker=url, amqp=LapAMQP,
-                 set_as_current=False)
     queue = _queue()
-    try:
-        with app.connection_for_write() as conn:
-            channel: Any = conn.default_channel
-            _publish(conn, queue, {"n": 3}, {"n": 4})
-            with caplog.at_level("WARNING", logger="tasks.popheld"):
-                got = _take(conn, queue, 2)
-            assert [m.payload for m in got] == [{"n": 3}, {"n": 4}]
-            assert channel._pop_refused and not channel._pop_next
-            refusals = [r for r in caplog.records if "refused the pop-and-hold" in r.getMessage()]
-            assert len(refusals) == 1
-            for message in got:
-                assert _held(plain, message.delivery_tag)[0] == [message._raw, queue.name,
-                                                                 queue.name]
-                message.ack()
-    finally:
-        app.close()
-        plain.acl_deluser(user)
+    with redis_user_denied(plain, broker_url, "-@scripting") as url:
+        app = broker_app(url)
+        try:
+            with app.connection_for_write() as conn:
+                channel: Any = conn.default_channel
+                _publish(conn, queue, {"n": 3}, {"n": 4})
+                with caplog.at_level("WARNING", logger="tasks.popheld"):
+                    got = _take(conn, queue, 2)
+                assert [m.payload for m in got] == [{"n": 3}, {"n": 4}]
+                assert channel._pop_refused and not channel._pop_next
+                refusals = [r for r in caplog.records
+                            if "refused the pop-and-hold" in r.getMessage()]
+                assert len(refusals) == 1
+                for message in got:
+                    assert _held(plain, message.delivery_tag)[0] == [message._raw, queue.name,
+                                                                     queue.name]
+                    message.ack()
+        finally:
+            app.close()
