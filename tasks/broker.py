@@ -62,12 +62,16 @@ class SharedClientChannel(PopHeldChannel):
                 or kwargs.get("_publish_batch") is not None):
             super()._put_fanout(exchange, message, routing_key, **kwargs)  # type: ignore[misc]
             return
+        topics = self._get_publish_topics(exchange, routing_key)  # type: ignore[attr-defined]
+        self.event_publisher().publish(topics, dumps(message))
+
+    def event_publisher(self) -> UnawaitedPublisher:
+        """Where this channel's task events go (``tasks.eventpublish``)."""
         if self._events is None:
             with _events_made:
                 if self._events is None:
                     self._events = UnawaitedPublisher(self._events_connection)
-        topics = self._get_publish_topics(exchange, routing_key)  # type: ignore[attr-defined]
-        self._events.publish(topics, dumps(message))
+        return self._events
 
     def _events_connection(self) -> AbstractConnection:
         # The pool's own class and arguments: same server, database, credentials, TLS.

@@ -29,12 +29,14 @@ Sentinel), a prefixed keyspace (``global_keyprefix``), a queue with an
 expiry, and any receiver of the publish signals (an OpenTelemetry
 instrumentation injecting trace headers, say). With task events on, the
 ``task-sent`` event Flower reads is the message ``send_task``'s event
-dispatcher would publish, ``PUBLISH``ed in the same round trip as the push
-(``python -m bench.lap_send --events``: 240 -> 162 µs of CPU a send).
+dispatcher would publish, ``PUBLISH``ed without waiting for the reply
+(``tasks.eventpublish``; ``python -m bench.lap_send --events``: 241 -> 162 µs
+of CPU a send).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, cast
 
@@ -44,11 +46,14 @@ from kombu import serialization
 from kombu.entity import maybe_delivery_mode
 from kombu.utils.json import dumps
 from kombu.utils.uuid import uuid
+from redis.exceptions import RedisError
 
 from agent_worker.constants import LAP_TASK_NAME
 from store.base import DueLap
 from tasks.broker import SharedClientChannel
 from tasks.popheld import acked_by_successor, held_here
+
+log = logging.getLogger(__name__)
 
 
 def lap_kwargs(lap: DueLap) -> dict[str, Any]:
@@ -135,26 +140,24 @@ class LapSender:
             routing_key=queue)
         key = ch._q_for_pri(queue, channel.default_priority)
         tag = _own_delivery(parent, lap) if channel.ack_emulation else None
-        event = None if sent_event is None else self._sent(channel, sent_event, queue)
         with channel.conn_or_acquire() as client:
-            if tag is None and event is None:
+            if tag is None:
                 client.lpush(key, message)
-                return
-            with client.pipeline(transaction=tag is not None) as pipe:
-                pipe.lpush(key, message)
-                if tag is not None:
+            else:
+                with client.pipeline(transaction=True) as pipe:
                     # kombu's own ack of ``tag`` (QoS.ack's ZREM and HDEL), queued after the push
-                    ch.qos._remove_from_indices(tag, pipe)
-                if event is not None:
-                    pipe.publish(*event)
-                pipe.execute()
-            if tag is not None:
+                    ch.qos._remove_from_indices(tag, pipe.lpush(key, message)).execute()
                 acked_by_successor(tag)
+        if sent_event is not None:
+            self._publish_sent(channel, sent_event, queue)
 
-    def _sent(self, channel: SharedClientChannel, fields: dict[str, Any],
-              queue: str) -> tuple[str, str]:
-        """``task-sent`` as ``send_task``'s event dispatcher publishes it,
-        as (topic, message) for a ``PUBLISH`` in the push's round trip."""
+    def _publish_sent(self, channel: SharedClientChannel, fields: dict[str, Any],
+                      queue: str) -> None:
+        """``task-sent`` as ``send_task``'s event dispatcher would publish it,
+        without waiting for the reply (``tasks.eventpublish``). Not in the
+        push's ``MULTI``: an ACL that refuses ``PUBLISH`` would abort the push
+        with it. A failure loses the event, as that dispatcher's buffer,
+        which nothing flushes, loses it; never the lap, already pushed."""
         dispatcher = cast(Any, self.app.amqp)._event_dispatcher
         fields.update(queue=queue, exchange="", routing_key=queue)
         event = dispatcher._prepare_event("task-sent", fields)
@@ -163,8 +166,11 @@ class LapSender:
             channel, serialization.dumps(event, serializer=dispatcher.serializer),
             dispatcher.headers, {"delivery_mode": maybe_delivery_mode(dispatcher.delivery_mode)},
             exchange=exchange, routing_key=routing_key)
-        topic: str = cast(Any, channel)._get_publish_topic(exchange, routing_key)
-        return topic, message
+        topics = cast(Any, channel)._get_publish_topics(exchange, routing_key)
+        try:
+            channel.event_publisher().publish(topics, message)
+        except RedisError as e:
+            log.warning("task-sent of task %s not published: %s", fields.get("uuid"), e)
 
 
 def _on_the_wire(channel: SharedClientChannel, serialized: tuple[str, str, Any],

@@ -31,7 +31,7 @@ from tasks.dispatch import CeleryDispatcher
 from tasks.lapsend import LapSender
 from tasks.popheld import held_here
 from tasks.routing import lap_queue
-from tests.integration.brokers import EventWatcher
+from tests.integration.brokers import EventWatcher, redis_user_denied
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.support import Fleet
 
@@ -115,6 +115,21 @@ def _event_comparable(message: dict[str, Any]) -> dict[str, Any]:
     assert out["properties"].pop("delivery_tag")
     out["body"] = json.loads(base64.b64decode(out["body"]))
     return out
+
+
+def test_a_server_that_refuses_publish_still_gets_the_lap(broker_url: str,
+                                                          plain: redis.Redis[bytes]) -> None:
+    """An ACL without ``PUBLISH``: the lap is pushed (task-sent is lost, and
+    logged when its reply is read), as when send_task's publish failed."""
+    with redis_user_denied(plain, broker_url, "-publish") as url:
+        app = _app(url, events=True)
+        try:
+            queue = lap_queue("loop", "1")
+            assert LapSender(app).send(DueLap("r-nopub", 3, "loop", "1"), queue)
+            assert _pop(plain, queue)["headers"]["kwargsrepr"] == repr(
+                {"run_id": "r-nopub", "lap": 3})
+        finally:
+            app.close()
 
 
 def test_many_threads_sending_at_once_share_the_apps_producer_pool(
