@@ -5,7 +5,8 @@
 # With no arguments (what CI runs): everything but the chaos suite and the slow
 # tests on both cores (pytest-xdist; each xdist worker has its own test
 # database and Redis database), then the chaos suite and the slow tests alone,
-# because they measure recovery times and must not share the machine. With
+# because they measure recovery times and must not share the machine, then the
+# chaos suite's kill storm again under the threads pool. With
 # arguments: one plain pytest run with them (`-m "not chaos"`, a file, `-k`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,4 +21,9 @@ status=0
 # are spread as before.
 python -m pytest -q -p no:benchmark -n 2 --dist loadgroup -m "not chaos and not slow" || status=$?
 python -m pytest -q -m "chaos or slow" || status=$?
+# The chaos suite once more under the threads pool, the one deploy/ runs: its
+# invariants (no duplicate, no lost effect, every lap committed once) must hold
+# under the pool users deploy, not only under the prefork default.
+AGENT_WORKER_TEST_POOL=threads python -m pytest -q -m chaos tests/chaos/test_chaos_suite.py \
+    || status=$?
 exit "$status"
