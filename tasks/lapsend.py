@@ -114,13 +114,12 @@ class LapSender:
             if (type(channel) is not SharedClientChannel or channel.global_keyprefix
                     or queue in ch._expires):
                 return False
-            self._push(lap, queue, channel, producer)
+            self._push(lap, queue, channel)
         return True
 
-    def _push(self, lap: DueLap, queue: str, channel: SharedClientChannel, producer: Any) -> None:
+    def _push(self, lap: DueLap, queue: str, channel: SharedClientChannel) -> None:
         ch: Any = channel  # kombu's private members, which its type stubs do not list
-        # Any: celery-types' stubs miss that send_task itself passes
-        # ignore_result=None, and the event dispatcher send_task publishes with.
+        # Any: celery-types' stubs miss that send_task itself passes ignore_result=None.
         app, amqp = self.app, cast(Any, self.app.amqp)
         kwargs, task_id = lap_kwargs(lap), uuid()
         parent = app.current_worker_task
@@ -158,6 +157,7 @@ class LapSender:
         push's ``MULTI``: an ACL that refuses ``PUBLISH`` would abort the push
         with it. A failure loses the event, as that dispatcher's buffer,
         which nothing flushes, loses it; never the lap, already pushed."""
+        # Any: the dispatcher send_task publishes with is private to Celery's AMQP.
         dispatcher = cast(Any, self.app.amqp)._event_dispatcher
         fields.update(queue=queue, exchange="", routing_key=queue)
         event = dispatcher._prepare_event("task-sent", fields)
