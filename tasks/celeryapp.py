@@ -79,6 +79,8 @@ def make_app() -> Celery:
         task_send_sent_event=s.task_events,
         # Celery's default, named: its publishes skip the wait for Redis's reply.
         event_exchange=EVENT_EXCHANGE,
+        # The worker's task events go out in timed batches (tasks.consumer).
+        worker_consumer="tasks.consumer:LapConsumer",
         # The pool: prefork for CPU-bound laps, threads for laps that wait on a
         # model (README: IO-bound fleets). A --pool/--concurrency flag wins.
         worker_pool=s.worker_pool,

@@ -1,10 +1,11 @@
-"""``tasks.eventpublish`` on a real Redis: a task event published without
+"""``tasks.eventpublish`` and ``tasks.consumer`` on a real Redis: a task event published without
 waiting for the reply reaches a subscriber as exactly the message kombu's
 stock channel publishes; the replies owed are read in batches; a refused
 ``PUBLISH`` is logged, not raised; a connection the server closed is found
 before an event is written into it; a server that is gone raises, so Celery
-keeps the event; and any other fanout (remote control) keeps kombu's
-awaited publish."""
+keeps the event; any other fanout (remote control) keeps kombu's
+awaited publish; and a real worker's laps, their events batched by a timer,
+each publish all four task events."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ from kombu import Connection, Exchange, Producer
 from redis.connection import Connection as RedisConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from agent_worker.api import AgentWorker
 from tasks import eventpublish
 from tasks.broker import EVENT_EXCHANGE, SharedClientChannel
 from tasks.eventpublish import REPLIES_OWED_AT_MOST, UnawaitedPublisher
 from tests.integration.brokers import EventWatcher, broker_app, redis_user_denied
+from tests.support import Fleet, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -142,3 +145,29 @@ def test_other_fanouts_keep_kombus_awaited_publish(app: Celery, plain: redis.Red
                  auto_declare=False).publish({"method": "ping"}, declare=[control])
         channel: Any = conn.default_channel
         assert isinstance(channel, SharedClientChannel) and channel._events is None
+
+
+def test_every_lap_of_a_worker_publishes_its_four_task_events(
+        aw: AgentWorker, fleet: Fleet, subscriber: EventWatcher) -> None:
+    """A worker of the suite's pool (its consumer flushes task events on a
+    timer): for every lap, task-sent, -received, -started and -succeeded."""
+    fleet.worker(concurrency=2)
+    run = aw.start_run("loop", {"laps": 6})
+    assert aw.wait(run.id, timeout=120).status == "succeeded"
+    kinds: dict[str, set[str]] = {}
+    ours: set[str] = set()
+
+    def all_arrived() -> bool:
+        for _, message in subscriber.take(1, timeout=0.5):
+            body = json.loads(base64.b64decode(message["body"]))
+            for event in body if isinstance(body, list) else [body]:
+                if "uuid" not in event:
+                    continue  # a worker's own event (online, heartbeat)
+                kinds.setdefault(event["uuid"], set()).add(event["type"])
+                if run.id in str(event.get("kwargs")):
+                    ours.add(event["uuid"])
+        return len(ours) == 6 and all(len(kinds[uuid]) == 4 for uuid in ours)
+
+    wait_for(all_arrived, timeout=30, interval=0, what="the laps' task events")
+    assert all(kinds[uuid] == {"task-sent", "task-received", "task-started", "task-succeeded"}
+               for uuid in ours), kinds
