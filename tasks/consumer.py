@@ -4,12 +4,12 @@ Celery buffers a worker's task events (``task-received``, ``-started``,
 ``-succeeded``) and asks its event loop to flush them at the next turn: one
 publish for every turn that buffered one, two or three per lap, each a
 kombu ``Producer.publish`` on the consumer's thread, the thread that also
-takes every lap message off Redis. A threads worker running many laps at
-once spent so much of that thread on events that it moved 26% fewer laps
-with events on than off (``python -m bench.scaling``; BENCHMARKS.md,
-"Task events without the wait"). Flushed by a timer instead, a busy worker
-publishes one batch per ``EVENT_FLUSH_SECONDS`` whatever its lap rate, and
-the gap closes to a few percent.
+takes every lap message off Redis. Flushed by a timer instead, a busy
+worker publishes one batch per ``EVENT_FLUSH_SECONDS`` (or per 24 events,
+Celery's own limit) whatever its lap rate: a threads worker running many
+laps at once moved 446 -> 480 laps/s on 2.29 -> 2.01 ms of CPU a lap
+(``python -m bench.tree_throughput``; BENCHMARKS.md, "Task events in timed
+batches").
 
 What a monitor sees: every event, up to ``EVENT_FLUSH_SECONDS`` later, with
 its own timestamp (Flower's times and runtimes are the events', not their
