@@ -39,6 +39,7 @@ from kombu.connection import ConnectionPool, PooledConnection
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 from redis.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tasks.eventpublish import UnawaitedPublisher
 from tasks.popheld import PopHeldChannel
@@ -78,6 +79,18 @@ class SharedClientChannel(PopHeldChannel):
         pool: Any = self.pool
         made: AbstractConnection = pool.connection_class(**pool.connection_kwargs)
         return made
+
+    def _get_pool(self, asynchronous: bool = False) -> Any:
+        # Celery's consumer, after a broker error, collects its connection
+        # (detaching the transport) and closes it once more; that close
+        # restores unacked deliveries through a new pool, which kombu would
+        # build from the detached transport's client (None): an AttributeError
+        # that stopped workers when Redis restarted. A connection error is
+        # what that close ignores; the deliveries stay in Redis's unacked set
+        # for its visibility restore, and the sweeper re-sends their laps.
+        if self.connection.client is None:
+            raise RedisConnectionError("the channel's connection was closed")
+        return super()._get_pool(asynchronous)  # type: ignore[misc]
 
     def _disconnect_pools(self) -> None:
         # Closing, a fork or a lost connection: the events' connection goes too.

@@ -13,6 +13,7 @@ import pytest
 import redis
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
+from kombu.common import ignore_errors
 
 from tasks.broker import SharedClientTransport
 
@@ -112,3 +113,29 @@ def test_a_rebuilt_pool_gets_its_own_client(app: Celery, broker_url: str) -> Non
     assert plain.llen(name) == 1
     plain.delete(name)
     plain.close()
+
+
+def test_a_channel_closed_after_its_connection_was_collected_leaves_the_worker_up(
+        app: Celery, broker_url: str, plain: redis.Redis[bytes]) -> None:
+    """Celery's consumer, on a broker error, first collects its connection
+    (which detaches the transport, and whose close of the channel can time
+    out halfway while Redis restarts) and then closes it again under
+    ``ignore_errors``. That second close restores the unacked deliveries
+    through a pool the detached transport cannot build: it must fail as a
+    connection error, which Celery ignores, not as the AttributeError that
+    stopped the worker in the chaos suite."""
+    name = f"bc-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, Exchange(name), routing_key=name)
+    conn = app.connection_for_write()
+    channel: Any = conn.default_channel
+    _publish(conn, queue, 1)
+    got: list[Any] = []
+    with Consumer(channel, [queue], callbacks=[lambda b, m: got.append(m)], accept=["json"]):
+        while not got:
+            conn.drain_events(timeout=5)
+    channel._disconnect_pools()  # the half-done first close
+    conn._do_close_transport()  # collect() detaches the transport
+    ignore_errors(conn, conn.close)  # raises anything but a connection error
+    assert plain.hexists("unacked", got[0].delivery_tag), "kept for the visibility restore"
+    plain.hdel("unacked", got[0].delivery_tag)
+    plain.zrem("unacked_index", got[0].delivery_tag)
