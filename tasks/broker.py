@@ -63,16 +63,18 @@ class SharedClientChannel(PopHeldChannel):
                 or kwargs.get("_publish_batch") is not None):
             super()._put_fanout(exchange, message, routing_key, **kwargs)  # type: ignore[misc]
             return
-        topics = self._get_publish_topics(exchange, routing_key)  # type: ignore[attr-defined]
-        self.event_publisher().publish(topics, dumps(message))
+        self.publish_event(exchange, routing_key, dumps(message))
 
-    def event_publisher(self) -> UnawaitedPublisher:
-        """Where this channel's task events go (``tasks.eventpublish``)."""
+    def publish_event(self, exchange: str, routing_key: str, payload: str) -> None:
+        """``PUBLISH`` a message of Celery's event exchange, as kombu's
+        ``_put_fanout`` would, without waiting for the reply
+        (``tasks.eventpublish``). Raises redis-py's connection errors."""
         if self._events is None:
             with _events_made:
                 if self._events is None:
                     self._events = UnawaitedPublisher(self._events_connection)
-        return self._events
+        topics = self._get_publish_topics(exchange, routing_key)  # type: ignore[attr-defined]
+        self._events.publish(topics, payload)
 
     def _events_connection(self) -> AbstractConnection:
         # The pool's own class and arguments: same server, database, credentials, TLS.
