@@ -39,7 +39,7 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 
 from agent_worker.vocabulary import TERMINAL, wait_text
 from store.base import LapCommit
@@ -137,13 +137,17 @@ def _one_statement() -> Select[Any]:
         .table_valued(column("seq", Integer()), column("body", messages.c.body.type))
         .render_derived(name="m", with_types=True)
     )
-    new_messages = (
-        postgresql.insert(messages)
-        .from_select(["run_id", "seq", "lap", "body", "created_at"],
-                     select(fenced.c.id, lap_messages.c.seq, _lap, lap_messages.c.body, _now)
-                     .select_from(fenced.join(lap_messages, true())))
-        .on_conflict_do_nothing()
-    )
+    # The journaled model output is among the lap's messages again (the lap
+    # commit makes it durable); where it is stored already it is skipped. Not
+    # by ON CONFLICT DO NOTHING: a speculative insertion logs a confirmation
+    # record (48 bytes of WAL) for every row it inserts. The fence holds the
+    # run row, so no other attempt of this lap inserts these numbers meanwhile.
+    stored = select(messages.c.seq).where(messages.c.run_id == fenced.c.id,
+                                          messages.c.seq == lap_messages.c.seq).exists()
+    new_messages = insert(messages).from_select(
+        ["run_id", "seq", "lap", "body", "created_at"],
+        select(fenced.c.id, lap_messages.c.seq, _lap, lap_messages.c.body, _now)
+        .select_from(fenced.join(lap_messages, true())).where(~stored))
     return (select(func.count()).select_from(fenced)
             .add_cte(new_messages.cte("new_messages"), _checkpoint(fenced).cte("new_checkpoint"),
                      _event(fenced).cte("new_event")))

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
@@ -130,20 +131,31 @@ class SqlLapStore(SqlBase):
     def journal_model_output(
         self, run_id: str, lap: int, *, owner: str, seq: int, message: Message, now: datetime
     ) -> Message:
-        def tx(hot: HotConnection) -> Message:
-            inserted = hot.first(statements.JOURNAL[self.engine.dialect.name], {
-                "run_id": run_id, "seq": seq, "lap": lap, "owner": owner, "now": now,
-                "body": message_body(message)})
-            if inserted is not None:
-                return message
-            conn = hot.sql()
+        params = {"run_id": run_id, "seq": seq, "lap": lap, "owner": owner, "now": now,
+                  "body": message_body(message)}
+
+        def stored(conn: Connection) -> Message | None:
             fence(conn, run_id, lap, owner, now, cancel=True)
             existing = conn.execute(
                 select(messages.c.body).where(messages.c.run_id == run_id, messages.c.seq == seq)
-            ).scalar_one()
-            return Message.model_validate(existing)
+            ).scalar_one_or_none()
+            return None if existing is None else Message.model_validate(existing)
 
-        return self._hot(tx, durable=False)
+        def tx(hot: HotConnection) -> Message | None:
+            if hot.first(statements.JOURNAL, params) is not None:
+                return message
+            return stored(hot.sql())  # an earlier attempt's output: the lease is held
+
+        try:
+            journaled = self._hot(tx, durable=False)
+        except IntegrityError as error:
+            # Another attempt's output may have landed between the statement's
+            # check and its insert (``statements.JOURNAL``): read it afresh.
+            journaled = self._hot(lambda hot: stored(hot.sql()), durable=False)
+            if journaled is None:
+                raise error
+        assert journaled is not None, "fenced, and neither inserted nor stored"
+        return journaled
 
     def begin_effect(
         self, intent: EffectIntent, *, owner: str, now: datetime, fence_cancel: bool = True

@@ -30,6 +30,14 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
 
 
 @pytest.fixture
+def pg_store(database_url: str) -> Iterator[SqlStore]:
+    """A store on this session's Postgres database, for what only Postgres does."""
+    s = SqlStore(database_url)
+    yield s
+    s.dispose()
+
+
+@pytest.fixture
 def empty_db(database_url: str) -> Iterator[str]:
     """The URL of a new, empty Postgres database (dropped afterwards), for
     tests that migrate one from scratch."""

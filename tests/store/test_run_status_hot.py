@@ -16,29 +16,23 @@ from sqlalchemy import select, text
 
 from agent_worker.messages import Message
 from store import lapcommit, statements
-from store.base import Claim, LapCommit, NewRun, RunUpdate
+from store.base import Claim, LapCommit, RunUpdate
 from store.listing import RunFilter, search_runs
 from store.migrate import alembic_config, upgrade
 from store.rows import runs
 from store.runpages import status_counts
 from store.sql import SqlStore
+from tests.store import runs as runs_helper
 
 NOW = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 
 
 def _start(store: SqlStore, tenant: str) -> str:
-    rid = f"hot-{uuid.uuid4().hex[:10]}"
-    store.create_run(NewRun(
-        id=rid, tenant=tenant, agent_name="hot", agent_version="1", input={}, limits={},
-        retention="full", checkpoint={"schema_version": 2, "message_count": 1},
-        schema_version=2, messages=[Message(role="user", content="task")], now=NOW))
-    return rid
+    return runs_helper.start(store, NOW, prefix="hot", tenant=tenant)
 
 
 def _claim(store: SqlStore, rid: str, lap: int, owner: str, lease: float = 60) -> Claim:
-    got = store.claim(rid, lap, owner=owner, now=NOW, lease_seconds=lease, window_messages=5)
-    assert got is not None
-    return got
+    return runs_helper.claim(store, rid, lap, owner, NOW, lease)
 
 
 def _commit_of(claim: Claim) -> LapCommit:
