@@ -72,12 +72,7 @@ class Run(Base):
     agent_name: Mapped[str] = mapped_column(String(200))
     agent_version: Mapped[str] = mapped_column(String(50))
     status: Mapped[str] = mapped_column(String(20))
-    next_lap: Mapped[int] = mapped_column(Integer)
-    lap_attempts: Mapped[int] = mapped_column(Integer, default=0)
-    lease_owner: Mapped[str | None] = mapped_column(String(200))
-    lease_expires_at: Mapped[datetime | None]
     wake_at: Mapped[datetime | None]
-    enqueued_at: Mapped[datetime | None]
     waiting_for: Mapped[str | None] = mapped_column(String(300))
     input: Mapped[Any]
     result: Mapped[Any | None]
@@ -85,10 +80,6 @@ class Run(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     error_detail: Mapped[str | None] = mapped_column(Text)
     limits: Mapped[dict[str, Any]]
-    laps_used: Mapped[int] = mapped_column(Integer, default=0)
-    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
-    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
-    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
     ending: Mapped[str | None] = mapped_column(String(20))
     cancel_requested_at: Mapped[datetime | None]
     cancel_reason: Mapped[str | None] = mapped_column(Text)
@@ -98,8 +89,6 @@ class Run(Base):
     retention: Mapped[str] = mapped_column(String(20), default="full")
     recoveries: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime]
-    updated_at: Mapped[datetime]
-    last_checkpoint_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     #: Caller-given ``{"key": "value"}`` tags (issue 18), as shown; a search
     #: walks their rows in ``run_labels`` (``store.labelrows``).
@@ -111,6 +100,22 @@ class Run(Base):
     #: The lap admission let this run send (it holds a slot while this equals
     #: ``next_lap``); ``-1`` waits for a slot (throttled); NULL never gated.
     admitted_lap: Mapped[int | None] = mapped_column(Integer)
+
+    # What every lap writes, last, and the lease (the claim and heartbeats
+    # write only that) at the very end: a HOT update logs the bytes between
+    # the old and new row's common prefix and suffix (migration
+    # 0022_lap_columns_last; the order on disk is the migrations').
+    next_lap: Mapped[int] = mapped_column(Integer)
+    laps_used: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_micros: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime]
+    last_checkpoint_at: Mapped[datetime | None]
+    enqueued_at: Mapped[datetime | None]
+    lap_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_expires_at: Mapped[datetime | None]
 
     __table_args__ = (
         Index("ix_runs_status_wake", "status", "wake_at"),

@@ -55,9 +55,10 @@ _TAKE_LEASE = (
     .values(status="running", lease_owner=_owner,
             lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),
                                     bindparam("lease_seconds")),
-            # Not ``updated_at`` (the lap's commit sets it): on the row it sits 25
-            # columns after the lease, and a HOT update's WAL record carries every
-            # byte from the first column changed to the last (store.runstatus).
+            # Only the lease, the row's last columns: a HOT update's WAL record
+            # carries every byte from the first column changed to the last
+            # (migration 0022_lap_columns_last). Not ``updated_at``: the lap's
+            # commit sets it.
             lap_attempts=runs.c.lap_attempts + 1, wake_at=None)
 )
 

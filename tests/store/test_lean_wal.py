@@ -6,7 +6,9 @@
   waits for it, so events stay numbered in commit order;
 - the journal no longer inserts with ``ON CONFLICT DO NOTHING``: an attempt
   whose output lands between its check and its insert is read, not lost, and
-  the lap commit still stores the journaled output exactly once.
+  the lap commit still stores the journaled output exactly once;
+- ``0022_lap_columns_last`` moves the run row's lap columns to its end with
+  every value kept.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import import_module
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, create_engine, func, select, text
 
 from agent_worker.errors import LeaseLost
 from agent_worker.messages import Message
 from store.base import Claim, LapCommit, RunUpdate
+from store.migrate import upgrade
 from store.rows import message_body, messages
 from store.sql import SqlStore
 from tests.store import runs as runs_helper
@@ -174,3 +178,57 @@ def test_a_journal_that_loses_its_lease_meanwhile_is_fenced(pg_store: SqlStore) 
     with pg_store.engine.connect() as c:
         assert _count(c, rid) == 1
 
+
+_OLD_ROW = ("INSERT INTO runs (id, tenant, agent_name, agent_version, status, next_lap, "
+            "lap_attempts, lease_owner, lease_expires_at, enqueued_at, input, limits, "
+            "laps_used, input_tokens, output_tokens, cost_micros, retention, recoveries, "
+            "created_at, updated_at, last_checkpoint_at) VALUES (:id, 't', 'a', '1', :status, "
+            ":lap, :attempts, :owner, :expires, :enqueued, '{\"doc\": \"x\"}', '{}', :lap, "
+            ":tin, 7, 9, 'full', 0, :at, :at, :seen)")
+_SEEN = ("id", "status", "next_lap", "lap_attempts", "lease_owner", "lease_expires_at",
+         "enqueued_at", "laps_used", "input_tokens", "output_tokens", "cost_micros",
+         "updated_at", "last_checkpoint_at", "input")
+
+
+def _runs(url: str) -> tuple[list[tuple[Any, ...]], list[str], int]:
+    engine = create_engine(url)
+    with engine.connect() as c:
+        c.execute(text("SELECT set_config('agent_worker.tenant', '*', false)"))
+        rows = [tuple(r) for r in c.execute(text(
+            f"SELECT {', '.join(_SEEN)} FROM runs ORDER BY id"))]
+        order = list(c.execute(text(
+            "SELECT attname FROM pg_attribute WHERE attrelid = 'runs'::regclass "
+            "AND attnum > 0 AND NOT attisdropped ORDER BY attnum")).scalars())
+        totals = int(c.execute(text("SELECT count(*) FROM run_total_deltas")).scalar_one())
+    engine.dispose()
+    return rows, order, totals
+
+
+def test_the_lap_columns_move_last_with_every_value(empty_db: str) -> None:
+    """``0022_lap_columns_last`` on a database holding runs: every value kept
+    (NULLs too), the lap's columns last in the migration's order, the
+    metrics trigger it re-creates still firing."""
+    upgrade(empty_db, "0021_event_lock_once")
+    engine = create_engine(empty_db)
+    at = datetime(2026, 12, 1, 8, 0)
+    with engine.begin() as c:
+        c.execute(text("SELECT set_config('agent_worker.tenant', '*', true)"))
+        c.execute(text(_OLD_ROW), {"id": "r1", "status": "running", "lap": 4, "attempts": 2,
+                                   "owner": "w:1", "expires": at, "enqueued": None,
+                                   "tin": 2**40, "at": at, "seen": at})
+        c.execute(text(_OLD_ROW), {"id": "r2", "status": "succeeded", "lap": 9, "attempts": 0,
+                                   "owner": None, "expires": None, "enqueued": at,
+                                   "tin": 5, "at": at, "seen": None})
+    engine.dispose()
+    before, _, totals_before = _runs(empty_db)
+    upgrade(empty_db)
+    after, order, totals_after = _runs(empty_db)
+    assert after == before
+    migration = import_module("store.migrations.versions.0022_lap_columns_last")
+    assert order[-len(migration.LAP_COLUMNS):] == [c for c, _, _ in migration.LAP_COLUMNS]
+    engine = create_engine(empty_db)
+    with engine.begin() as c:  # the re-created trigger: a run settling adds deltas
+        c.execute(text("SELECT set_config('agent_worker.tenant', '*', true)"))
+        c.execute(text("UPDATE runs SET status = 'failed', cost_micros = 11 WHERE id = 'r1'"))
+    engine.dispose()
+    assert _runs(empty_db)[2] == totals_after + 1 and totals_after == totals_before
