@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, select, text, update
 
 from agent_worker.messages import Message
 from agent_worker.settings import get_settings
@@ -306,12 +306,27 @@ def test_a_scrape_reads_the_live_rows_once_and_one_approval(pg: SqlStore) -> Non
     with pg.engine.begin() as conn:  # settled runs the old grouping would read
         for i in range(2):
             _end(conn, f"plan-{tag}-{i}", i)
+        # Most runs of a real table have ended. Without them the session's
+        # database can hold mostly live runs (other tests' queued ones), and
+        # the planner then rightly scans a whole index in the grouping's order
+        # rather than sort: a plan no real table gets.
+        conn.execute(text(
+            "INSERT INTO runs (id, agent_name, agent_version, status, input, limits, "
+            "retention, recoveries, created_at, next_lap, laps_used, input_tokens, "
+            "output_tokens, cost_micros, updated_at, lap_attempts) "
+            "SELECT :prefix || g, :agent, '1', 'succeeded', '{}', '{}', 'full', 0, :now, 2, 1, "
+            "0, 0, 0, :now, 0 FROM generate_series(1, 2000) AS g"),
+            {"prefix": f"plan-{tag}-ended-", "agent": f"plan-{tag}",
+             "now": NOW.replace(tzinfo=None)})
         # pending approvals, which the count used to read one by one
         insert_approvals(conn, [ApprovalRecord(
             id=f"plan-{tag}-ap{i}", run_id=f"plan-{tag}-2", effect_key=f"plan-{tag}:{i}",
             tool_name="t", arguments={}, reason=None, owner=None, status="pending",
             on_timeout="reject", escalate_to=None, requested_at=NOW, timeout_at=None,
             decided_by=None, comment=None, decided_at=None) for i in range(3)])
+    with pg.engine.connect() as conn:
+        conn.execute(text("ANALYZE runs"))
+        conn.commit()
     registry = registry_for(pg, get_settings())
     generate_latest(registry)  # the first scrape: positions the event counters
     sent = plans.statements(pg.engine, lambda: generate_latest(registry))
