@@ -142,8 +142,13 @@ def _one_statement() -> Select[Any]:
     # by ON CONFLICT DO NOTHING: a speculative insertion logs a confirmation
     # record (48 bytes of WAL) for every row it inserts. The fence holds the
     # run row, so no other attempt of this lap inserts these numbers meanwhile.
+    # OFFSET 0 keeps the check a probe of pk_messages per message: without it
+    # Postgres turns NOT EXISTS into an anti-join, which it may plan as a hash
+    # of the whole messages table (it did, in the generic plan a connection
+    # caches, for a small table or one grown since its last ANALYZE).
     stored = select(messages.c.seq).where(messages.c.run_id == fenced.c.id,
-                                          messages.c.seq == lap_messages.c.seq).exists()
+                                          messages.c.seq == lap_messages.c.seq
+                                          ).offset(0).exists()
     new_messages = insert(messages).from_select(
         ["run_id", "seq", "lap", "body", "created_at"],
         select(fenced.c.id, lap_messages.c.seq, _lap, lap_messages.c.body, _now)

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, create_engine, func, select, text
 
 from agent_worker.errors import LeaseLost
 from agent_worker.messages import Message
+from store import hotsql, lapcommit
 from store.base import Claim, LapCommit, RunUpdate
 from store.migrate import upgrade
 from store.rows import message_body, messages
@@ -165,6 +166,33 @@ def test_a_journal_racing_another_attempts_output_returns_that_output(pg_store: 
         bodies = c.execute(select(messages.c.body).where(messages.c.run_id == rid)
                            .order_by(messages.c.seq)).scalars().all()
     assert [b["content"] for b in bodies] == ["task", "theirs", "result"]
+
+
+def test_the_lap_commit_looks_up_each_message_by_its_key(pg_store: SqlStore) -> None:
+    """The lap commit's check for an already stored message stays a probe of
+    ``pk_messages`` per message. As a plain NOT EXISTS, Postgres turns it
+    into an anti-join, and for a small table (or one grown since its last
+    ANALYZE) the plan a worker's connection caches hashed the whole table
+    on every lap."""
+    rid = _start(pg_store)
+    claim = _claim(pg_store, rid)
+    values = lapcommit.params(LapCommit(
+        run_id=rid, lap=1, owner=claim.owner,
+        messages=[(1, Message(role="assistant", content="a"))],
+        checkpoint={**claim.checkpoint, "message_count": 2}, schema_version=2,
+        update=RunUpdate(status="queued", enqueue=True), usage=(1, 1, 1, 1), event={},
+        now=NOW))
+    plan = hotsql._plan(pg_store.engine.dialect, lapcommit.ONE_STATEMENT, values)
+    raw = pg_store.engine.raw_connection()
+    try:
+        cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(b"EXPLAIN " + plan.sql, plan.values(values))
+        shown = "\n".join(str(row[0]) for row in cursor.fetchall())
+    finally:
+        raw.close()
+    messages_part = shown[shown.index("Insert on messages"):shown.index("CTE new_checkpoint")]
+    assert "Anti Join" not in messages_part and "Seq Scan on messages" not in messages_part
+    assert "SubPlan" in messages_part and "using pk_messages on messages " in messages_part
 
 
 def test_a_journal_that_loses_its_lease_meanwhile_is_fenced(pg_store: SqlStore) -> None:
