@@ -94,5 +94,9 @@ def load_checkpoint(state: dict[str, Any]) -> Checkpoint:
 
 
 def dump_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
-    """The JSON form stored in the checkpoint table."""
-    return checkpoint.model_dump(mode="json", exclude_defaults=False)
+    """The JSON form stored in the checkpoint table: fields that are ``None``
+    left out (every such field defaults to ``None``, so ``load_checkpoint``
+    reads the same checkpoint back; raw readers use ``.get``). A lap writes a
+    checkpoint row, so each of them is WAL on every lap; values inside
+    ``facts`` and tool arguments are kept as given, ``None`` included."""
+    return checkpoint.model_dump(mode="json", exclude_none=True)

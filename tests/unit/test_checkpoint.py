@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
+from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
 from agent_worker.errors import CheckpointVersionError
+from agent_worker.messages import ToolCall
 
 FIXTURES = Path(__file__).parent / "checkpoints"
 
@@ -51,3 +52,21 @@ def test_current_fixture_is_up_to_date() -> None:
     assert not (FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION + 1}.json").exists()
     Checkpoint.model_validate(json.loads((FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION}.json")
                                          .read_text()))
+
+
+def test_a_stored_checkpoint_leaves_out_what_is_none_and_reads_back_the_same() -> None:
+    """``None`` fields are not stored (WAL on every lap); ``None`` values the
+    agent or the model gave (a fact, a tool argument) are, and everything
+    reads back equal."""
+    state = json.loads((FIXTURES / f"v{CHECKPOINT_SCHEMA_VERSION}.json").read_text())
+    ckpt = load_checkpoint(state).model_copy(update={
+        "next_action": None, "summary_seq": None, "facts": {"customer": None},
+        "pending_calls": (PendingCall(call=ToolCall(id="c1", name="refund",
+                                                    arguments={"note": None}), lap=6, index=0),)})
+    stored = dump_checkpoint(ckpt)
+    assert "next_action" not in stored and "summary_seq" not in stored
+    assert "deadline" not in stored["budget"] and "wake_at" not in stored["pending_calls"][0]
+    assert stored["facts"] == {"customer": None}
+    assert stored["pending_calls"][0]["call"]["arguments"] == {"note": None}
+    assert stored["schema_version"] == CHECKPOINT_SCHEMA_VERSION
+    assert load_checkpoint(json.loads(json.dumps(stored))) == ckpt
