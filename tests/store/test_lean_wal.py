@@ -30,6 +30,7 @@ from store.migrate import upgrade
 from store.rows import message_body, messages
 from store.sql import SqlStore
 from tests.store import runs as runs_helper
+from tests.support import wait_for
 
 NOW = datetime(2026, 12, 4, 22, 0, tzinfo=UTC)
 
@@ -47,15 +48,13 @@ def _event_sql(rid: str) -> Any:
                 "VALUES (:rid, 1, 'probe', NULL, now()) RETURNING id").bindparams(rid=rid)
 
 
-def _waits_for_lock(store: SqlStore, pid: int) -> bool:
+def _blocks_someone(store: SqlStore, holder: Connection, what: str) -> None:
+    """Wait until some backend waits for ``holder``'s transaction."""
+    pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
     with store.engine.connect() as c:
-        for _ in range(500):
-            kind = c.execute(text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :p"),
-                             {"p": pid}).scalar()
-            if kind == "Lock":
-                return True
-            c.execute(text("SELECT pg_sleep(0.01)"))
-    return False
+        wait_for(lambda: c.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE :h = ANY(pg_blocking_pids(pid))"),
+            {"h": pid}).scalar(), timeout=10, interval=0.01, what=what)
 
 
 def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -72,20 +71,15 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return e
 
 
-def _second_writer(store: SqlStore, rid: str) -> tuple[threading.Thread, list[Any], int]:
-    """A transaction inserting an event of ``rid`` in a thread; its backend pid."""
-    conn = store.engine.connect()
-    pid = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
-    conn.commit()
-
+def _second_writer(store: SqlStore, rid: str) -> tuple[threading.Thread, list[Any]]:
+    """A transaction inserting an event of ``rid``, in a thread."""
     def write() -> int:
-        with conn:
+        with store.engine.connect() as conn:
             event_id = int(conn.execute(_event_sql(rid)).scalar_one())
             conn.commit()
             return event_id
 
-    thread, out = _in_thread(write)
-    return thread, out, pid
+    return _in_thread(write)
 
 
 @pytest.mark.parametrize("first_updates_the_run", [True, False])
@@ -103,8 +97,8 @@ def test_events_of_one_run_are_numbered_in_commit_order(
         # in the WAL); without the UPDATE the trigger locks it.
         assert (str(locker) == "0") is first_updates_the_run
         assert first_updates_the_run or str(locker) == str(own)
-        thread, out, pid = _second_writer(pg_store, rid)
-        assert _waits_for_lock(pg_store, pid), "the second writer drew its id without waiting"
+        thread, out = _second_writer(pg_store, rid)
+        _blocks_someone(pg_store, first, "the second writer to wait for the first")
         tx.commit()
     thread.join(10)
     assert out and isinstance(out[0], int) and out[0] > first_id
@@ -118,11 +112,10 @@ def _race_journal(pg_store: SqlStore, rid: str, claim: Claim, theirs: Message) -
         tx = other.begin()
         other.execute(messages.insert().values(
             run_id=rid, seq=seq, lap=1, body=message_body(theirs), created_at=NOW))
-        pid = int(other.execute(text("SELECT pg_backend_pid()")).scalar_one())
         ours = Message(role="assistant", content="ours")
         thread, out = _in_thread(lambda: pg_store.journal_model_output(
             rid, 1, owner=claim.owner, seq=seq, message=ours, now=NOW))
-        assert _waiting_on_index(pg_store, pid), "our journal never reached the insert"
+        _blocks_someone(pg_store, other, "our journal to wait on the primary key")
         tx.commit()
     thread.join(10)
     assert out, "the journal did not return"
@@ -130,17 +123,6 @@ def _race_journal(pg_store: SqlStore, rid: str, claim: Claim, theirs: Message) -
         raise out[0]
     found: Message = out[0]
     return found
-
-
-def _waiting_on_index(pg_store: SqlStore, holder: int) -> bool:
-    """Whether some backend waits for ``holder``'s transaction."""
-    with pg_store.engine.connect() as c:
-        for _ in range(500):
-            if c.execute(text("SELECT count(*) FROM pg_stat_activity "
-                              "WHERE :h = ANY(pg_blocking_pids(pid))"), {"h": holder}).scalar():
-                return True
-            c.execute(text("SELECT pg_sleep(0.01)"))
-    return False
 
 
 def _count(conn: Connection, rid: str) -> int:
