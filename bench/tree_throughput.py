@@ -34,9 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--pool", default="threads", help="AGENT_WORKER_WORKER_POOL")
     p.add_argument("--concurrency", type=int, default=8, help="laps at once per worker")
-    p.add_argument("--no-events", action="store_true", help="task events off")
-    p.add_argument("--events-both", action="store_true",
-                   help="each tree twice, task events on and off, paired burst by burst")
+    event_flags = p.add_mutually_exclusive_group()
+    event_flags.add_argument("--no-events", action="store_true", help="task events off")
+    event_flags.add_argument("--events-both", action="store_true",
+                             help="each tree twice, task events on and off, paired burst by burst")
     args = p.parse_args(argv)
     settings = [("on", "true"), ("off", "false")] if args.events_both else [
         ("off", "false") if args.no_events else ("on", "true")]
