@@ -101,6 +101,15 @@ class Settings(BaseSettings):
         "`threads` worker does not connect and disconnect around every lap. Up to 10 more "
         "are opened past it, each closed after use.",
     )
+    worker_gc_threshold: int = Field(
+        10_000,
+        ge=0,
+        description="Allocations between two collections of the youngest generation of "
+        "Python's cyclic garbage collector in a worker process (Python's default: 700): a "
+        "lap's objects die young instead of being promoted, so the full collections that "
+        "stop every thread of the process come far less often (BENCHMARKS.md, \"The "
+        "worker's garbage collector\"). 0 leaves Python's collector as it is.",
+    )
     task_events: bool = Field(
         True,
         description="Send Celery task events (Flower's task views need them); each lap costs "

@@ -26,6 +26,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,64 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
     }
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """What one ``bench.iobound`` measurement runs: the workload and the workers."""
+
+    runs: int = 500
+    laps: int = 10
+    latency: float = 1.0
+    workers: int = 2
+    pool: str = "threads"
+    concurrency: int = 0  # 0: runs / workers + 10%
+    events: bool = False
+
+    def per_worker(self) -> int:
+        return self.concurrency or -(-self.runs * 11 // (10 * self.workers))
+
+
+def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = None,
+              during: Callable[[BenchFleet], None] | None = None) -> dict[str, Any]:
+    """One measurement: a loopback provider, ``spec.workers`` workers (with
+    ``worker_env`` on top of the fleet's settings), a warm-up, then ``measure``.
+    ``during(fleet)`` is called right before and right after the measured
+    runs, while the workers still run (a caller's own readings)."""
+    concurrency = spec.per_worker()
+    port = _free_port()
+    provider = Proc([sys.executable, "-m", "bench.io_provider", "--port", str(port),
+                     "--latency", str(spec.latency)], dict(os.environ),
+                    logdir / "provider.log").start()
+    load_before = os.getloadavg()
+    fleet: BenchFleet | None = None
+    try:
+        wait_for(lambda: _listening(port), 30, what="provider listening")
+        fleet = BenchFleet("iobound", {
+            "AGENT_WORKER_WORKER_POOL": spec.pool,
+            "AGENT_WORKER_TASK_EVENTS": "true" if spec.events else "false",
+            "AGENT_WORKER_BENCH_MODEL_URL": f"http://127.0.0.1:{port}/v1",
+            "AGENT_WORKER_BENCH_MODEL_KEY": "loopback"}, logdir, agent_modules="bench.io_agent")
+        os.environ.update(AGENT_WORKER_BENCH_MODEL_URL=f"http://127.0.0.1:{port}/v1")
+        for _ in range(spec.workers):
+            fleet.worker(concurrency, **(worker_env or {}))
+        log(f"{spec.workers} workers, pool {spec.pool}, concurrency {concurrency} each")
+        measure(fleet, spec.workers * 2, 2, spec.latency, "iowarm", 120,  # start-up, connections
+                provider.pid)
+        if during is not None:
+            during(fleet)
+        result = measure(fleet, spec.runs, spec.laps, spec.latency, "io",
+                         timeout=120 + spec.laps * spec.latency * 10, provider=provider.pid)
+        if during is not None:
+            during(fleet)
+    finally:
+        if fleet is not None:
+            fleet.close()
+        provider.stop()
+    result.update(pool=spec.pool, workers=spec.workers, concurrency=concurrency,
+                  task_events=spec.events, agent=IO_AGENT_NAME,
+                  load=[load_before, os.getloadavg()])
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.iobound", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,37 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="laps per worker at once (default: runs / workers + 10%%)")
     p.add_argument("--events", action="store_true", help="send Celery task events too")
     args = p.parse_args(argv)
-    concurrency = args.concurrency or -(-args.runs * 11 // (10 * args.workers))
     logdir = RESULTS / "logs" / f"iobound-{time.strftime('%Y%m%dT%H%M%S')}"
     logdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    provider = Proc([sys.executable, "-m", "bench.io_provider", "--port", str(port),
-                     "--latency", str(args.latency)], dict(os.environ),
-                    logdir / "provider.log").start()
-    load_before = os.getloadavg()
-    fleet: BenchFleet | None = None
-    try:
-        wait_for(lambda: _listening(port), 30, what="provider listening")
-        fleet = BenchFleet("iobound", {
-            "AGENT_WORKER_WORKER_POOL": args.pool,
-            "AGENT_WORKER_TASK_EVENTS": "true" if args.events else "false",
-            "AGENT_WORKER_BENCH_MODEL_URL": f"http://127.0.0.1:{port}/v1",
-            "AGENT_WORKER_BENCH_MODEL_KEY": "loopback"}, logdir, agent_modules="bench.io_agent")
-        os.environ.update(AGENT_WORKER_BENCH_MODEL_URL=f"http://127.0.0.1:{port}/v1")
-        for _ in range(args.workers):
-            fleet.worker(concurrency)
-        log(f"{args.workers} workers, pool {args.pool}, concurrency {concurrency} each")
-        measure(fleet, args.workers * 2, 2, args.latency, "iowarm", 120,  # start-up, connections
-                provider.pid)
-        result = measure(fleet, args.runs, args.laps, args.latency, "io",
-                         timeout=120 + args.laps * args.latency * 10, provider=provider.pid)
-    finally:
-        if fleet is not None:
-            fleet.close()
-        provider.stop()
-    result.update(pool=args.pool, workers=args.workers, concurrency=concurrency,
-                  task_events=args.events, agent=IO_AGENT_NAME,
-                  load=[load_before, os.getloadavg()])
+    result = run_fleet(Fleet(args.runs, args.laps, args.latency, args.workers, args.pool,
+                             args.concurrency, args.events), logdir)
     _print(result)
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(RESULTS / "iobound.json").write_text(json.dumps(result, indent=2))

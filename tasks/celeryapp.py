@@ -38,7 +38,7 @@ def make_app() -> Celery:
     # amqp: kombu's Redis transport with one client per channel (tasks.broker).
     app = Celery("agent_worker", broker=s.broker_url, amqp="tasks.broker:LapAMQP",
                  include=["tasks.lap", "tasks.sweeper", "tasks.logging", "tasks.serving",
-                          "tasks.schedules"])
+                          "tasks.schedules", "tasks.garbage"])
     queues = [Queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [Queue(MAINT_QUEUE)]
     app.conf.update(
         # JSON only: a pickled message is code execution for whoever can write to Redis.

@@ -1,0 +1,50 @@
+"""A real worker sets its garbage collector as ``tasks.garbage`` says.
+
+Read through ``bench/gcprobe`` (first on the worker's ``PYTHONPATH``), which
+writes the worker's ``gc.get_threshold()`` to a file every 0.2 s, once the
+worker says it is ready (``worker_init`` comes before that). Under prefork the
+children inherit the main process's thresholds by fork; the probe runs in the
+main process, which is where the laps of threads and solo run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT, Fleet, wait_for
+
+PROBE = ROOT / "bench" / "gcprobe"
+
+
+def _threshold(out: Path, pid: int) -> list[int] | None:
+    try:
+        return list(json.loads((out / f"{pid}.json").read_text())["threshold"])
+    except (OSError, ValueError):  # not written yet, or mid-write
+        return None
+
+
+@pytest.mark.parametrize(("setting", "expected"), [
+    (None, [10_000, 10, 10]),  # the default
+    ("2500", [2_500, 10, 10]),
+    ("0", [700, 10, 10]),  # Python's own, untouched (a threshold of 0 would stop collecting)
+])
+def test_a_worker_collects_its_youngest_generation_as_configured(
+        fleet: Fleet, tmp_path: Path, setting: str | None, expected: list[int]) -> None:
+    out = tmp_path / "gc"
+    out.mkdir()
+    env = {"PYTHONPATH": f"{PROBE}{os.pathsep}{ROOT}", "AGENT_WORKER_BENCH_GC_DIR": str(out)}
+    if setting is not None:
+        env["AGENT_WORKER_WORKER_GC_THRESHOLD"] = setting
+    worker = fleet.worker(concurrency=1, **env)
+    wait_for(lambda: " ready." in worker.log.read_text(errors="replace"), 60,
+             what="worker ready")
+    ready_at = time.time()
+    probe = out / f"{worker.pid}.json"
+    wait_for(lambda: probe.exists() and probe.stat().st_mtime > ready_at, 10,
+             what="the probe's file written after the worker was ready")
+    assert _threshold(out, worker.pid) == expected
