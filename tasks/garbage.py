@@ -28,15 +28,15 @@ from celery.signals import worker_init
 
 from agent_worker.settings import get_settings
 
-#: Python's own thresholds of the two older generations, kept.
-OLDER_GENERATIONS = (10, 10)
-
 
 def tune(threshold: int) -> None:
     """Collect the youngest generation every ``threshold`` allocations; 0
-    leaves Python's collector as it is."""
+    leaves Python's collector as it is. The other two thresholds stay the
+    interpreter's own (their meaning changed with 3.14's incremental
+    collector; the youngest generation's did not)."""
     if threshold:
-        gc.set_threshold(threshold, *OLDER_GENERATIONS)
+        _, *older = gc.get_threshold()
+        gc.set_threshold(threshold, *older)
 
 
 @worker_init.connect
