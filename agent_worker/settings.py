@@ -107,8 +107,10 @@ class Settings(BaseSettings):
         description="Allocations between two collections of the youngest generation of "
         "Python's cyclic garbage collector in a worker process (Python's default: 700): a "
         "lap's objects die young instead of being promoted, so the full collections that "
-        "stop every thread of the process come far less often (BENCHMARKS.md, \"The "
-        "worker's garbage collector\"). 0 leaves Python's collector as it is.",
+        "stop every thread of the process come far less often. The heap the worker starts "
+        "with is frozen first (`gc.freeze`), which keeps prefork children's copies of it "
+        "shared (BENCHMARKS.md, \"The worker's garbage collector\"). 0 leaves Python's "
+        "collector as it is.",
     )
     task_events: bool = Field(
         True,

@@ -8,7 +8,8 @@ collection is timed through ``gc.callbacks`` (the collecting thread's CPU, and
 the wall time from start to end: while it holds the GIL, the pause every other
 thread of the process sees), and the totals per generation, with the end time
 (``time.time()``) and length of every collection longer than 5 ms, are
-written to ``<dir>/<pid>.json`` every 0.2 s by a daemon thread.
+written to ``<dir>/<pid>.json`` every 0.2 s by a daemon thread (with
+``AGENT_WORKER_BENCH_GC_FROZEN`` set, the count of frozen objects too).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 _OUT = os.environ.get("AGENT_WORKER_BENCH_GC_DIR")
+_FROZEN = bool(os.environ.get("AGENT_WORKER_BENCH_GC_FROZEN"))
 
 
 class _Collections:
@@ -46,10 +48,12 @@ class _Collections:
             self.long.append((time.time(), took))
 
     def write(self, path: str) -> None:
-        # Not gc.get_freeze_count(): it walks every frozen object, under the
-        # GIL, and in a worker that froze its heap that cost 1-2 ms a lap here.
-        data = {"count": self.count, "cpu_s": self.cpu_s, "long": self.long,
-                "threshold": list(gc.get_threshold())}
+        data: dict[str, Any] = {"count": self.count, "cpu_s": self.cpu_s, "long": self.long,
+                                "threshold": list(gc.get_threshold())}
+        if _FROZEN:
+            # Only on request: it walks every frozen object under the GIL, which
+            # cost a worker that froze its heap 1-2 ms a lap at this rate.
+            data["frozen"] = gc.get_freeze_count()
         with open(path + ".tmp", "w") as f:
             json.dump(data, f)
         os.replace(path + ".tmp", path)
