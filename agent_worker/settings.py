@@ -104,6 +104,7 @@ class Settings(BaseSettings):
     worker_gc_threshold: int = Field(
         10_000,
         ge=0,
+        le=100_000_000,  # gc.set_threshold takes a C int; past it the worker would not start
         description="Allocations between two collections of the youngest generation of "
         "Python's cyclic garbage collector in a worker process (Python's default: 700): a "
         "lap's objects die young instead of being promoted, so the full collections that "
