@@ -24,6 +24,7 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,26 @@ from bench.fleets import BenchFleet
 from bench.iobound import Fleet, run_fleet
 
 PROBE = ROOT / "bench" / "gcprobe"
-#: Variant name -> AGENT_WORKER_WORKER_GC_THRESHOLD ("" keeps the code's default).
-VARIANTS = {"tuned (default)": "", "Python's own (0)": "0"}
+#: Variant name -> the worker's settings on top of the fleet's.
+VARIANTS: dict[str, dict[str, str]] = {
+    "tuned (default)": {}, "Python's own (0)": {"AGENT_WORKER_WORKER_GC_THRESHOLD": "0"}}
+
+
+def turns(repeats: int) -> Iterator[tuple[str, dict[str, str]]]:
+    """Every variant ``repeats`` times, taking turns, the order reversed every
+    other repeat so that neither always goes first."""
+    order = list(VARIANTS.items())
+    for i in range(repeats):
+        yield from order if i % 2 == 0 else order[::-1]
+
+
+def probe_env(out: Path, *, frozen: bool = False) -> dict[str, str]:
+    """A worker's environment with ``bench/gcprobe`` writing into ``out``
+    (``frozen``: the count of frozen objects too, which walks them all)."""
+    env = {"PYTHONPATH": f"{PROBE}{os.pathsep}{ROOT}", "AGENT_WORKER_BENCH_GC_DIR": str(out)}
+    if frozen:
+        env["AGENT_WORKER_BENCH_GC_FROZEN"] = "1"
+    return env
 
 
 def _totals(fleet: BenchFleet, out: Path) -> dict[str, Any]:
@@ -51,21 +70,18 @@ def _totals(fleet: BenchFleet, out: Path) -> dict[str, Any]:
     return sums
 
 
-def measure(spec: Fleet, threshold: str, logdir: Path) -> dict[str, Any]:
+def measure(spec: Fleet, variant: dict[str, str], logdir: Path) -> dict[str, Any]:
     """One ``bench.iobound`` run with the probe; the collector's figures of the
     measured runs only (start-up and warm-up left out)."""
     with tempfile.TemporaryDirectory(prefix="aw-gc-") as tmp:
         out = Path(tmp)
-        env = {"PYTHONPATH": f"{PROBE}{os.pathsep}{ROOT}", "AGENT_WORKER_BENCH_GC_DIR": tmp}
-        if threshold:
-            env["AGENT_WORKER_WORKER_GC_THRESHOLD"] = threshold
         readings: list[dict[str, Any]] = []
 
         def read(fleet: BenchFleet) -> None:
             time.sleep(0.5)  # the probe writes every 0.2 s
             readings.append(_totals(fleet, out))
 
-        result = run_fleet(spec, logdir, env, during=read)
+        result = run_fleet(spec, logdir, {**probe_env(out), **variant}, during=read)
     before, after = readings
     laps = spec.runs * spec.laps
     result.update(
@@ -89,10 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     logdir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
-    for i in range(args.repeats):
-        order = list(VARIANTS.items())
-        for name, threshold in order if i % 2 == 0 else order[::-1]:
-            results[name].append(measure(spec, threshold, logdir))
+    for name, variant in turns(args.repeats):
+        results[name].append(measure(spec, variant, logdir))
     print(f"\nload average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}")
     print(f"{spec.runs} runs x {spec.laps} laps, 1 s model, 2 threads workers, events off; "
           f"medians [ranges] of {args.repeats}")

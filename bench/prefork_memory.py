@@ -25,10 +25,8 @@ from pathlib import Path
 
 from bench.common import RESULTS
 from bench.fleets import BenchFleet
+from bench.gc_worker import VARIANTS, turns
 from bench.scaling import rate
-
-#: Variant name -> AGENT_WORKER_WORKER_GC_THRESHOLD ("" keeps the code's default).
-VARIANTS = {"tuned (default)": "", "Python's own (0)": "0"}
 
 
 def memory_mb(pid: int) -> dict[str, int]:
@@ -42,11 +40,9 @@ def memory_mb(pid: int) -> dict[str, int]:
             "private": (kb["Private_Clean"] + kb["Private_Dirty"]) // 1024}
 
 
-def measure(name: str, threshold: str, args: argparse.Namespace, logdir: Path,
+def measure(variant: dict[str, str], args: argparse.Namespace, logdir: Path,
             turn: int) -> dict[str, list[int]]:
-    env = {"AGENT_WORKER_WORKER_POOL": "prefork", "AGENT_WORKER_TASK_EVENTS": "false"}
-    if threshold:
-        env["AGENT_WORKER_WORKER_GC_THRESHOLD"] = threshold
+    env = {"AGENT_WORKER_WORKER_POOL": "prefork", "AGENT_WORKER_TASK_EVENTS": "false", **variant}
     fleet = BenchFleet(f"prefork_memory_{turn}", env, logdir)
     try:
         fleet.worker(args.concurrency)
@@ -72,12 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     logdir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
     found: dict[str, list[dict[str, list[int]]]] = {name: [] for name in VARIANTS}
-    turn = 0
-    for i in range(args.repeats):
-        order = list(VARIANTS.items())
-        for name, threshold in order if i % 2 == 0 else order[::-1]:
-            found[name].append(measure(name, threshold, args, logdir, turn))
-            turn += 1
+    for turn, (name, variant) in enumerate(turns(args.repeats)):
+        found[name].append(measure(variant, args, logdir, turn))
     print(f"\nload average (1, 5, 15 min) before {load_before}, after {os.getloadavg()}")
     print(f"prefork, {args.concurrency} children, {args.bursts} bursts of {args.runs} runs x "
           f"{args.laps} laps; per child, every child of every repeat")

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, Fleet, wait_for
-
-PROBE = ROOT / "bench" / "gcprobe"
+from bench.gc_worker import probe_env
+from tests.support import Fleet, wait_for
 
 
 def _collector(out: Path, pid: int) -> tuple[list[int], int]:
@@ -42,8 +40,7 @@ def test_a_worker_freezes_its_start_up_heap_and_collects_as_configured(
         fleet: Fleet, tmp_path: Path, setting: str | None, youngest: int, frozen: bool) -> None:
     out = tmp_path / "gc"
     out.mkdir()
-    env = {"PYTHONPATH": f"{PROBE}{os.pathsep}{ROOT}", "AGENT_WORKER_BENCH_GC_DIR": str(out),
-           "AGENT_WORKER_BENCH_GC_FROZEN": "1"}
+    env = probe_env(out, frozen=True)
     if setting is not None:
         env["AGENT_WORKER_WORKER_GC_THRESHOLD"] = setting
     worker = fleet.worker(concurrency=1, **env)
