@@ -94,9 +94,12 @@ def load_checkpoint(state: dict[str, Any]) -> Checkpoint:
 
 
 def dump_checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
-    """The JSON form stored in the checkpoint table: fields that are ``None``
-    left out (every such field defaults to ``None``, so ``load_checkpoint``
-    reads the same checkpoint back; raw readers use ``.get``). A lap writes a
-    checkpoint row, so each of them is WAL on every lap; values inside
+    """The JSON form stored in the checkpoint table: fields at their default
+    left out (``None``, ``{}`` facts, no pending calls, a plan item not done, a
+    ledger's zero cost), so ``load_checkpoint`` reads the same checkpoint back
+    and raw readers use ``.get`` with the default. A lap writes a checkpoint
+    row, so each byte is WAL on every lap. ``schema_version`` is always
+    written: it is what ``load_checkpoint`` reads first. Values inside
     ``facts`` and tool arguments are kept as given, ``None`` included."""
-    return checkpoint.model_dump(mode="json", exclude_none=True)
+    return {"schema_version": checkpoint.schema_version,
+            **checkpoint.model_dump(mode="json", exclude_defaults=True)}

@@ -302,8 +302,11 @@ class _Lap:
     trace: list[dict[str, Any]] = field(default_factory=list)
 
     def _mark(self, step: str, **data: Any) -> None:
+        """A step of the lap's trace (the ``lap_committed`` event's), without
+        the flags that are off: every lap stores one, and readers ``.get`` them."""
         self.trace.append({"step": step, "ms": round((time.perf_counter() - self.started) * 1e3,
-                                                     2), **data})
+                                                     2),
+                           **{k: v for k, v in data.items() if v is not False and v is not None}})
 
     def run(self) -> Outcome:
         claim, agent = self.claim, self.agent
@@ -379,9 +382,10 @@ class _Lap:
             update=update,
             usage=(ledger.laps, ledger.input_tokens, ledger.output_tokens,
                    int(ledger.cost * 1_000_000)),
-            event={"trace": self.trace, "tools": len(results),
-                   "paused": pause.status if pause else None,
-                   "attempt": claim.run.lap_attempts},
+            # The lap's calls and results are its messages (a stream sends
+            # them with this event): not counted again here.
+            event={"trace": self.trace, "attempt": claim.run.lap_attempts,
+                   **({"paused": pause.status} if pause else {})},
             new_approvals=[pause.approval] if pause and pause.approval else (),
             delivered_signals=signals, now=self.rt.clock.now(), agent_version=agent.version,
             applied_edits=edits))
@@ -433,13 +437,15 @@ class _Lap:
             response = admit.model_output(self.agent.client().complete(request),
                                           self.rt.settings)
             span.model_response(response)
-        message = response.message.model_copy(update={"meta": {
-            "usage": response.usage.model_dump(), "model": response.model,
-            "stop_reason": response.stop_reason, "key": key}})
+        # No idempotency key here: it is the row's run and lap (model_key).
+        meta = {"usage": response.usage.model_dump(), "model": response.model}
+        if response.stop_reason is not None:
+            meta["stop_reason"] = response.stop_reason
+        message = response.message.model_copy(update={"meta": meta})
         journaled = self.rt.store.journal_model_output(
             claim.run.id, claim.lap, owner=claim.owner, seq=ckpt.message_count,
             message=message, now=self.rt.clock.now())
-        self._mark("model", replayed=False, tool_calls=len(journaled.tool_calls))
+        self._mark("model")
         fault("after_model_journal")
         return journaled
 

@@ -287,3 +287,33 @@ def test_checkpoint_of_the_previous_schema_version_is_migrated_and_resumed(
     assert done.status == "succeeded" and done.result == "resumed"
     assert '"customer": "c-42"' in seen[0]  # v1's scratch became v2's pinned facts
     assert worker.state_at(run.id, 1).schema_version == 2
+
+
+def test_a_lap_stores_no_flag_that_is_off_and_no_key_it_can_derive(
+        worker: InProcessWorker) -> None:
+    """Each lap writes its model message and its ``lap_committed`` event, so
+    every byte of them is WAL on every lap (issue 21): the model message has
+    no idempotency key (it is the row's run and lap) and a stop reason only
+    when the model gave one; the trace has no false or null flags and no
+    counts the lap's messages already carry. What a model said is kept."""
+    def script(r: ModelRequest) -> ModelResponse:
+        if r.lap == 1:
+            return turn("", [("add", {"a": 1, "b": 2})])
+        return turn("done").model_copy(update={"stop_reason": "end_turn"})
+
+    _agent("t-lean-lap", script)
+    run = worker.start_run("t-lean-lap", {})
+    worker.run_until_idle()
+    first, last = [m.message for m in worker.messages(run.id) if m.message.role == "assistant"]
+    assert first.meta == {"usage": {"input_tokens": 100, "output_tokens": 20},
+                          "model": "scripted"}
+    assert last.meta is not None and last.meta["stop_reason"] == "end_turn"
+    commits = [e.data for e in worker.events(run.id) if e.kind == "lap_committed"]
+    assert [[m["step"] for m in d["trace"]] for d in commits] == [
+        ["model", "tool", "commit"], ["model", "commit"]]
+    for data in commits:
+        assert set(data) == {"trace", "attempt"} and data["attempt"] == 1
+        for mark in data["trace"]:
+            assert False not in mark.values() and None not in mark.values(), mark
+    tool_mark = commits[0]["trace"][1]
+    assert tool_mark["name"] == "add" and "error" not in tool_mark
