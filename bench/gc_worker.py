@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gc_worker", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--runs", type=int, default=500)
-    p.add_argument("--laps", type=int, default=10)
+    p.add_argument("--runs", type=int, default=Fleet.runs)
+    p.add_argument("--laps", type=int, default=Fleet.laps)
     args = p.parse_args(argv)
     spec = Fleet(runs=args.runs, laps=args.laps)
     logdir = RESULTS / "logs" / f"gc_worker-{time.strftime('%Y%m%dT%H%M%S')}"

@@ -194,12 +194,13 @@ def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.iobound", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=int, default=500, help="runs in flight")
-    p.add_argument("--laps", type=int, default=10, help="laps per run")
-    p.add_argument("--latency", type=float, default=1.0, help="model latency, seconds")
-    p.add_argument("--workers", type=int, default=2, help="worker processes")
-    p.add_argument("--pool", default="threads", help="AGENT_WORKER_WORKER_POOL")
-    p.add_argument("--concurrency", type=int, default=0,
+    p.add_argument("--runs", type=int, default=Fleet.runs, help="runs in flight")
+    p.add_argument("--laps", type=int, default=Fleet.laps, help="laps per run")
+    p.add_argument("--latency", type=float, default=Fleet.latency,
+                   help="model latency, seconds")
+    p.add_argument("--workers", type=int, default=Fleet.workers, help="worker processes")
+    p.add_argument("--pool", default=Fleet.pool, help="AGENT_WORKER_WORKER_POOL")
+    p.add_argument("--concurrency", type=int, default=Fleet.concurrency,
                    help="laps per worker at once (default: runs / workers + 10%%)")
     p.add_argument("--events", action="store_true", help="send Celery task events too")
     args = p.parse_args(argv)
