@@ -10,6 +10,7 @@ none of them can take another's lap messages.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,6 +57,18 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def _upgrade(url: str, tree: Path) -> None:
+    """Migrate ``url`` to ``tree``'s schema: a tree compared with this one
+    (``bench.tree_throughput``) runs on its own migrations, not on this
+    tree's, or a change of schema would be measured in both."""
+    if tree.resolve() == ROOT.resolve():
+        upgrade(url)
+        return
+    subprocess.run([sys.executable, "-c", "import sys; from store.migrate import upgrade; "
+                    "upgrade(sys.argv[1])", url], cwd=tree, check=True,
+                   env={**os.environ, "PYTHONPATH": str(tree)})
+
+
 class BenchFleet:
     """One variant's fleet. ``env`` holds its ``AGENT_WORKER_*`` settings."""
 
@@ -64,7 +77,7 @@ class BenchFleet:
         self.name, self.logdir, self.tree = name, logdir, tree
         self.db = f"bench_{name.replace('-', '_')}"
         self.url = create_database(self.db)
-        upgrade(sa_url(self.url))
+        _upgrade(sa_url(self.url), tree)
         self.redis = RedisDb().__enter__()
         base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_WORKER_")}
         self.env = {**base, "PYTHONPATH": str(tree),

@@ -25,7 +25,8 @@ from typing import Any
 
 from bench.common import ROOT, log
 
-FIELDS = ("laps_per_s", "ratio", "cpu_ms_per_lap_main", "kb_per_inflight_lap")
+FIELDS = ("laps_per_s", "ratio", "steady_ratio", "cpu_ms_per_lap_main", "machine_cpu_ms_per_lap",
+          "kb_per_inflight_lap")
 
 
 def one(tree: Path, extra: list[str]) -> dict[str, Any]:

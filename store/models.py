@@ -404,6 +404,8 @@ class RateChargeRow(Base):
     __table_args__ = (Index("ix_rate_charges_at", "at"),)
 
 
-# Registers the label rows' and the scrape's tables (this module is at its size limit).
+# Registers the label rows', the scrape's and the stream followers' tables
+# (this module is at its size limit).
+import store.followers  # noqa: E402
 import store.labelrows  # noqa: E402
 import store.rollupmodels  # noqa: E402,F401

@@ -4,7 +4,9 @@ a wake-up when a run's events change, and the messages one lap committed.
 The events table is the truth; a wake-up is only a hint to read it now. On
 Postgres the hint is ``LISTEN`` on the run's channel, sent by the trigger of
 migration ``0006_stream_trace`` at commit (never for a rollback, never before
-the rows are visible), on a connection of its own. Elsewhere (SQLite, the
+the rows are visible), on a connection of its own, and only for a run with a
+registered follower (``store.followers``: a notifying commit would otherwise
+queue every lap commit of the cluster behind it). Elsewhere (SQLite, the
 in-process mode) there is no channel and the reader polls. Either way a lost
 hint costs at most one poll interval, never an event.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 from typing import Protocol
 
 import psycopg
@@ -20,6 +23,7 @@ from psycopg import sql
 from sqlalchemy import Engine, select
 
 from store.base import StoredMessage
+from store.followers import FOLLOW, FOLLOW_SECONDS, RUNNING, STILL_RUNNING, UNFOLLOW
 from store.rows import messages, to_message
 
 
@@ -52,14 +56,48 @@ class PollWaiter:
 
 class PgEventWaiter:
     """``LISTEN`` on one run's channel, on a psycopg connection of its own
-    (a pooled connection would go back to the pool still listening)."""
+    (a pooled connection would go back to the pool still listening), and
+    registered as a follower of the run, renewed while it waits.
+
+    A registration is seen only by event triggers that run after it commits.
+    An event inserted just before, by a transaction that commits after the
+    reader's read, would send no hint; so after each registration the first
+    wait lasts only until the transactions running at that moment have ended
+    (polled, at most ``SETTLE_SECONDS``) and then says "read again"."""
+
+    #: Longest a wait watches the transactions running at a registration;
+    #: one still running after that is left to the reader's next poll.
+    SETTLE_SECONDS = 1.0
 
     def __init__(self, engine: Engine, run_id: str) -> None:
         url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._conn = psycopg.connect(url, autocommit=True)
-        self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(run_id))))
+        self._follow_params = {"follower": uuid.uuid4().hex, "run_id": run_id,
+                               "seconds": FOLLOW_SECONDS}
+        self._renew_at = 0.0
+        self._unsettled: list[str] = []
+        try:
+            # Subscribed before registered: every hint the registration lets
+            # the trigger send arrives.
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(run_id))))
+            self._follow()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _follow(self) -> None:
+        self._conn.execute(FOLLOW, self._follow_params)
+        # After the registration's commit (autocommit), not in its statement:
+        # a transaction begun in between would be in neither.
+        found = self._conn.execute(RUNNING).fetchone()
+        self._unsettled = list(found[0] or []) if found else []
+        self._renew_at = time.monotonic() + FOLLOW_SECONDS / 2
 
     def wait(self, timeout: float) -> bool:
+        if time.monotonic() >= self._renew_at:
+            self._follow()
+        if self._unsettled:
+            return self._settle(timeout)
         woken = False
         for _ in self._conn.notifies(timeout=timeout, stop_after=1):
             woken = True
@@ -71,8 +109,30 @@ class PgEventWaiter:
                 pass
         return woken
 
+    def _settle(self, timeout: float) -> bool:
+        """Wait until the transactions running at the registration have
+        ended, or ``timeout`` or ``SETTLE_SECONDS`` passed; ``True``: read
+        again (what they committed sent no hint)."""
+        deadline = time.monotonic() + min(timeout, self.SETTLE_SECONDS)
+        pause = 0.005
+        while True:
+            found = self._conn.execute(STILL_RUNNING, {"xids": self._unsettled}).fetchone()
+            if not found or not found[0] or time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        self._unsettled = []
+        return True
+
     def close(self) -> None:
-        self._conn.close()
+        """Unregister, then disconnect. A registration that cannot be deleted
+        (the connection died) lapses by itself within ``FOLLOW_SECONDS``."""
+        try:
+            self._conn.execute(UNFOLLOW, self._follow_params)
+        except psycopg.Error:
+            pass
+        finally:
+            self._conn.close()
 
 
 def open_waiter(engine: Engine | None, run_id: str) -> EventWaiter:
