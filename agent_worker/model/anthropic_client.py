@@ -30,6 +30,7 @@ from agent_worker.model.sdk_common import (
     ResponseHook,
     SdkModel,
     idempotency_headers,
+    kept_alive,
     tool_arguments,
 )
 
@@ -65,7 +66,9 @@ class AnthropicModel(SdkModel[anthropic.Anthropic]):
             base_url=self.base_url,
             timeout=self.timeout,
             max_retries=self.max_retries,
-            http_client=anthropic.DefaultHttpxClient(event_hooks={"response": response_hooks}),
+            http_client=anthropic.DefaultHttpxClient(
+                event_hooks={"response": response_hooks},
+                limits=kept_alive(anthropic._constants.DEFAULT_CONNECTION_LIMITS)),
         )
 
     def _complete(self, sdk: anthropic.Anthropic, request: ModelRequest) -> ModelResponse:

@@ -24,6 +24,7 @@ from agent_worker.model.sdk_common import (
     ResponseHook,
     SdkModel,
     idempotency_headers,
+    kept_alive,
     tool_arguments,
 )
 
@@ -57,7 +58,9 @@ class OpenAIChatModel(SdkModel[openai.OpenAI]):
             base_url=self.base_url,
             timeout=self.timeout,
             max_retries=self.max_retries,
-            http_client=openai.DefaultHttpxClient(event_hooks={"response": response_hooks}),
+            http_client=openai.DefaultHttpxClient(
+                event_hooks={"response": response_hooks},
+                limits=kept_alive(openai._constants.DEFAULT_CONNECTION_LIMITS)),
         )
 
     def _complete(self, sdk: openai.OpenAI, request: ModelRequest) -> ModelResponse:

@@ -11,6 +11,7 @@ from configuration anywhere (even inside a Celery message) without carrying the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -34,6 +35,34 @@ class _Closable(Protocol):
 SdkT = TypeVar("SdkT", bound=_Closable)
 
 ResponseHook = Callable[["httpx2.Response"], None]
+
+
+#: SDK clients (each with its own connection pool) one model client spreads
+#: its threads over, a thread keeping to one. Why: the HTTP library's pool
+#: scans every connection it holds to place each request, and again when each
+#: answer is read: with a threads worker's hundreds of calls in one pool, those
+#: two scans took about 15% of the worker's CPU (BENCHMARKS.md, "Lap commits
+#: no longer queue behind NOTIFY"). A process of one thread (prefork, solo)
+#: builds one.
+SDK_SHARDS = 16
+
+
+def kept_alive(default: Any) -> Any:
+    """The SDK's connection limits (``default``, its ``DEFAULT_CONNECTION_LIMITS``)
+    with every connection it may open kept alive, not 100 of its 1,000.
+
+    Why: one client serves every lap of a worker process, and a threads
+    worker runs hundreds of model calls at once. Past the hundredth, each
+    call's connection was closed after its answer and a new one opened for
+    the next (a TCP handshake, and a TLS one for a real provider): in a
+    threads worker of 275 laps at once, opening, closing and assigning those
+    connections took about a fifth of its CPU (BENCHMARKS.md, "Lap commits no
+    longer queue behind NOTIFY"). Idle connections still close after the
+    SDK's ``keepalive_expiry``. Built from the SDK's own ``Limits`` class,
+    whichever HTTP library the installed SDK uses."""
+    return type(default)(max_connections=default.max_connections,
+                         max_keepalive_connections=default.max_connections,
+                         keepalive_expiry=default.keepalive_expiry)
 
 
 class SdkModel(ABC, Generic[SdkT]):
@@ -77,8 +106,10 @@ class SdkModel(ABC, Generic[SdkT]):
 
     def _reset_runtime(self) -> None:
         self._lock = threading.Lock()
-        self._sdk: SdkT | None = None
+        self._sdks: list[SdkT | None] = [None] * SDK_SHARDS
         self._secret: str | None = None
+        self._thread_shard = threading.local()
+        self._shards_given = itertools.count()
 
     def complete(self, request: ModelRequest) -> ModelResponse:
         """Return the assistant's next turn; failures are ``ModelError`` subclasses."""
@@ -106,12 +137,21 @@ class SdkModel(ABC, Generic[SdkT]):
         return self.max_output_tokens
 
     def _client(self) -> SdkT:
+        """The calling thread's SDK client (``SDK_SHARDS``), built on first use."""
+        shard: int | None = getattr(self._thread_shard, "index", None)
+        if shard is None:
+            shard = self._thread_shard.index = next(self._shards_given) % SDK_SHARDS
+        sdk = self._sdks[shard]
+        if sdk is not None:
+            return sdk
         with self._lock:
-            if self._sdk is None:
+            sdk = self._sdks[shard]
+            if sdk is None:
                 secret = self._read_key()
-                self._sdk = self._new_sdk(secret, [retry_after_guard(self.max_retry_after)])
+                sdk = self._sdks[shard] = self._new_sdk(
+                    secret, [retry_after_guard(self.max_retry_after)])
                 self._secret = secret
-            return self._sdk
+            return sdk
 
     def _key_source(self) -> str:
         if self.api_key_file is not None:
@@ -136,11 +176,12 @@ class SdkModel(ABC, Generic[SdkT]):
         return key
 
     def close(self) -> None:
-        """Release the SDK's connection pool; the next call builds a fresh client."""
+        """Release the SDK clients' connection pools; the next call builds fresh ones."""
         with self._lock:
-            if self._sdk is not None:
-                self._sdk.close()
-            self._sdk = None
+            for sdk in self._sdks:
+                if sdk is not None:
+                    sdk.close()
+            self._sdks = [None] * SDK_SHARDS
             self._secret = None
 
     def __enter__(self) -> Self:
@@ -152,7 +193,7 @@ class SdkModel(ABC, Generic[SdkT]):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the configuration only: never the SDK client, the key or the lock."""
         state = dict(self.__dict__)
-        for runtime in ("_lock", "_sdk", "_secret"):
+        for runtime in ("_lock", "_sdks", "_secret", "_thread_shard", "_shards_given"):
             state.pop(runtime)
         return state
 
