@@ -4,7 +4,7 @@ a fixed latency: ``python -m bench.io_provider --port P --latency 1.0``.
 Why not ``tests.fakes.fake_server``: that one spends a thread and a new TCP
 connection per request and keeps every request body for the tests to read; at
 hundreds of requests a second on a shared 2-core machine it would measure
-itself. This one is a single asyncio loop with keep-alive, reads no body, and
+itself. This one is a single asyncio loop with keep-alive, keeps no body, and
 answers from the ``Idempotency-Key`` header (``run:lap:model``) alone, so the
 answer of lap *k* of a run is the benchmark workload's (``bench.workload``),
 whichever worker asks and however often.
@@ -16,8 +16,10 @@ import argparse
 import asyncio
 import json
 import signal
+from collections.abc import Mapping
 
 from bench.workload import TOOL_NAME, USAGE, lap_spec, laps_of
+from tests.fakes.keepalive import serve_keepalive
 
 
 def completion(key: str) -> bytes:
@@ -39,23 +41,11 @@ def completion(key: str) -> bytes:
 
 async def _serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      latency: float) -> None:
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            headers = {}
-            for line in head.decode("latin-1").split("\r\n")[1:]:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
-            await reader.readexactly(int(headers.get("content-length") or 0))
-            await asyncio.sleep(latency)
-            body = completion(headers.get("idempotency-key", "x-n1-0:1:model"))
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
+    async def answer(_path: str, headers: Mapping[str, str]) -> bytes:
+        await asyncio.sleep(latency)
+        return completion(headers.get("idempotency-key", "x-n1-0:1:model"))
+
+    await serve_keepalive(reader, writer, answer)
 
 
 async def serve(port: int, latency: float) -> None:

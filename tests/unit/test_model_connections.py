@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,10 +25,10 @@ from agent_worker.model import sdk_common
 from agent_worker.model.anthropic_client import AnthropicModel
 from agent_worker.model.openai_client import OpenAIChatModel
 from agent_worker.model.sdk_common import SdkModel
+from tests.fakes.keepalive import serve_keepalive
 
 KEY_ENV = "AW_TEST_POOL_KEY"
 AT_ONCE = 150  # above the SDKs' 100 kept alive
-HOLD_SECONDS = 0.5  # every call of a round is in flight at once
 
 ANSWERS = {
     "/v1/chat/completions": {
@@ -44,11 +44,14 @@ ANSWERS = {
 
 
 class KeepAliveServer:
-    """HTTP/1.1 with keep-alive on one asyncio loop; answers after
-    ``HOLD_SECONDS`` and counts the connections it accepted."""
+    """HTTP/1.1 with keep-alive on one asyncio loop; answers a round of
+    ``AT_ONCE`` calls once all of them have arrived, and counts the
+    connections it accepted."""
 
     def __init__(self) -> None:
         self.accepted = 0
+        self._arrived = 0
+        self._rounds: dict[int, asyncio.Event] = {}
         self._loop = asyncio.new_event_loop()
         self._server = self._loop.run_until_complete(
             asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=512))
@@ -58,21 +61,17 @@ class KeepAliveServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
-        try:
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip()
-                           for k, _, v in (line.partition(":") for line in head[1:])}
-                await reader.readexactly(int(headers.get("content-length") or 0))
-                await asyncio.sleep(HOLD_SECONDS)
-                body = json.dumps(ANSWERS[head[0].split()[1]]).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await serve_keepalive(reader, writer, self._answer)
+
+    async def _answer(self, path: str, _headers: Mapping[str, str]) -> bytes:
+        # Held until the whole round's calls have arrived, so each round has
+        # all of them in flight at once however the threads were scheduled.
+        self._arrived += 1
+        round_in = self._rounds.setdefault((self._arrived - 1) // AT_ONCE, asyncio.Event())
+        if self._arrived % AT_ONCE == 0:
+            round_in.set()
+        await asyncio.wait_for(round_in.wait(), 30)
+        return json.dumps(ANSWERS[path]).encode()
 
     def close(self) -> None:
         async def stop() -> None:
