@@ -22,6 +22,10 @@ before the registration committed sends no hint, so the reader reads again
 once the transactions running at its registration have ended
 (``PgEventWaiter``).
 
+A rolling deploy: a reader of an earlier release never registers, so from
+this migration until its process is replaced it sees new events at its poll
+(1 s; 15 s for SSE) rather than at once (``deploy/README.md``).
+
 Downgrade: the trigger of ``0021_event_lock_once`` again, and no table.
 """
 
