@@ -144,6 +144,11 @@ class Fleet:
     pool: str = "threads"
     concurrency: int = 0  # 0: runs / workers + 10%
     events: bool = False
+    #: AGENT_WORKER_WORKER_DB_POOL_SIZE of each worker: README's IO-bound
+    #: setting for a worker of hundreds of laps at once (20, the default, cost
+    #: 6.6 against 5.6 ms of machine CPU a lap here: BENCHMARKS.md, "Lap
+    #: commits no longer queue behind NOTIFY").
+    db_pool: int = 40
 
     def per_worker(self) -> int:
         return self.concurrency or -(-self.runs * 11 // (10 * self.workers))
@@ -166,6 +171,7 @@ def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = 
         wait_for(lambda: _listening(port), 30, what="provider listening")
         fleet = BenchFleet("iobound", {
             "AGENT_WORKER_WORKER_POOL": spec.pool,
+            "AGENT_WORKER_WORKER_DB_POOL_SIZE": str(spec.db_pool),
             "AGENT_WORKER_TASK_EVENTS": "true" if spec.events else "false",
             "AGENT_WORKER_BENCH_MODEL_URL": f"http://127.0.0.1:{port}/v1",
             "AGENT_WORKER_BENCH_MODEL_KEY": "loopback"}, logdir, agent_modules="bench.io_agent")
@@ -186,6 +192,7 @@ def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = 
             fleet.close()
         provider.stop()
     result.update(pool=spec.pool, workers=spec.workers, concurrency=concurrency,
+                  db_pool=spec.db_pool,
                   task_events=spec.events, agent=IO_AGENT_NAME,
                   load=[load_before, os.getloadavg()])
     return result
@@ -203,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=Fleet.concurrency,
                    help="laps per worker at once (default: runs / workers + 10%%)")
     p.add_argument("--events", action="store_true", help="send Celery task events too")
+    p.add_argument("--db-pool", type=int, default=Fleet.db_pool,
+                   help="AGENT_WORKER_WORKER_DB_POOL_SIZE of each worker")
     args = p.parse_args(argv)
     logdir = RESULTS / "logs" / f"iobound-{time.strftime('%Y%m%dT%H%M%S')}"
     logdir.mkdir(parents=True, exist_ok=True)
     result = run_fleet(Fleet(args.runs, args.laps, args.latency, args.workers, args.pool,
-                             args.concurrency, args.events), logdir)
+                             args.concurrency, args.events, args.db_pool), logdir)
     _print(result)
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(RESULTS / "iobound.json").write_text(json.dumps(result, indent=2))
@@ -218,6 +227,7 @@ def _print(r: dict[str, Any]) -> None:
     print(f"\nload average (1, 5, 15 min) before {r['load'][0]}, after {r['load'][1]}")
     print(f"{r['runs']} runs x {r['laps']} laps, model latency {r['latency_s']} s, "
           f"{r['workers']} workers ({r['pool']}, concurrency {r['concurrency']}, "
+          f"{r['db_pool']} Postgres connections kept, "
           f"task events {'on' if r['task_events'] else 'off'})")
     print(f"lap rate {r['laps_per_s']:.1f}/s over {r['makespan_s']:.1f} s "
           f"(steady {r['steady_laps_per_s']:.1f}/s); ideal {r['ideal_laps_per_s']:.1f}/s; "
