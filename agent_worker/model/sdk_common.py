@@ -52,14 +52,12 @@ def kept_alive(default: Any) -> Any:
     with every connection it may open kept alive, not 100 of its 1,000.
 
     Why: one client serves every lap of a worker process, and a threads
-    worker runs hundreds of model calls at once. Past the hundredth, each
-    call's connection was closed after its answer and a new one opened for
-    the next (a TCP handshake, and a TLS one for a real provider): in a
-    threads worker of 275 laps at once, opening, closing and assigning those
-    connections took about a fifth of its CPU (BENCHMARKS.md, "Lap commits no
-    longer queue behind NOTIFY"). Idle connections still close after the
-    SDK's ``keepalive_expiry``. Built from the SDK's own ``Limits`` class,
-    whichever HTTP library the installed SDK uses."""
+    worker runs hundreds of model calls at once. Past the hundredth at once,
+    each call's connection was closed after its answer and a new one opened
+    for the next: a TCP handshake, and a TLS one for a real provider
+    (``tests/unit/test_model_connections.py``). Idle connections still close
+    after the SDK's ``keepalive_expiry``. Built from the SDK's own ``Limits``
+    class, whichever HTTP library the installed SDK uses."""
     return type(default)(max_connections=default.max_connections,
                          max_keepalive_connections=default.max_connections,
                          keepalive_expiry=default.keepalive_expiry)
