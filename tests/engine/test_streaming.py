@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
-from agent_worker.errors import InvalidInputError, UnknownRunError
+from agent_worker.errors import AgentWorkerError, InvalidInputError, UnknownRunError
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.streaming import StreamEvent, follow
 from store.db import make_engine
@@ -87,6 +87,24 @@ def test_bad_resume_points_and_unknown_runs_are_refused(worker: InProcessWorker)
             worker.stream(run.id, after=after)  # type: ignore[arg-type]
     with pytest.raises(UnknownRunError):
         worker.stream("no-such-run")
+
+
+@pytest.mark.parametrize("run_id", ["a\x00b", "\ud800", "r" * (30 * 2 ** 20), "", "[" * 5000])
+def test_a_hostile_run_id_is_refused_before_anyone_follows_it(
+        worker: InProcessWorker, dialect_url: str, run_id: str) -> None:
+    """``follow`` reads the run before it subscribes or registers as a
+    follower (``0023_notify_followed``), so garbage never reaches either."""
+    with pytest.raises(AgentWorkerError):
+        next(follow(worker, run_id, poll_seconds=0.05))
+    if dialect_url.startswith("postgresql"):
+        engine = make_engine(dialect_url)
+        try:
+            with engine.connect() as c:
+                assert c.execute(text("SELECT count(*) FROM event_followers WHERE "
+                                      "length(run_id) > 1000 OR run_id = '' OR "
+                                      "run_id LIKE '[[[%'")).scalar_one() == 0
+        finally:
+            engine.dispose()
 
 
 def test_a_commit_wakes_the_reader_without_waiting_for_the_poll(
