@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from sqlalchemy import text
@@ -89,11 +89,18 @@ def test_bad_resume_points_and_unknown_runs_are_refused(worker: InProcessWorker)
         worker.stream("no-such-run")
 
 
-@pytest.mark.parametrize("run_id", ["a\x00b", "\ud800", "r" * (30 * 2 ** 20), "", "[" * 5000])
+HOSTILE_RUN_IDS: dict[str, Callable[[], str]] = {
+    "nul": lambda: "a\x00b", "lone-surrogate": lambda: "\ud800",
+    "30mb": lambda: "r" * (30 * 2 ** 20), "empty": lambda: "", "nested": lambda: "[" * 5000}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_RUN_IDS))
 def test_a_hostile_run_id_is_refused_before_anyone_follows_it(
-        worker: InProcessWorker, dialect_url: str, run_id: str) -> None:
+        worker: InProcessWorker, dialect_url: str, kind: str) -> None:
     """``follow`` reads the run before it subscribes or registers as a
-    follower (``0023_notify_followed``), so garbage never reaches either."""
+    follower (``0023_notify_followed``), so garbage never reaches either.
+    (Built in the test: a 30 MB parameter would be the test's id.)"""
+    run_id = HOSTILE_RUN_IDS[kind]()
     with pytest.raises(AgentWorkerError):
         next(follow(worker, run_id, poll_seconds=0.05))
     if dialect_url.startswith("postgresql"):
