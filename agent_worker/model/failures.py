@@ -17,7 +17,7 @@ Retries *inside* one call are left to the official SDKs. Read in the installed s
   otherwise back off exponentially: 0.5 s * 2**n, at most 8 s, minus up to 25 % jitter;
 * a response header ``x-should-retry: true|false`` overrides the status-code rule;
 * openai refuses to retry when Retry-After exceeds 120 s; anthropic would sleep for any
-  value (up to ~49 days).
+  value, an infinite one included (up to ~49 days).
 
 So the SDKs honour Retry-After and bound the number of attempts, but not the time one
 call may hold a worker. :func:`retry_after_guard` closes that gap the same way for both:
@@ -104,29 +104,43 @@ class ProviderFailures:
     connection_error: type[Exception]
 
 
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The wait a response asks for, read like the SDKs do; ``None`` when it asks none."""
+def _asked_wait(headers: Mapping[str, str]) -> float | None:
+    """The wait a response asks for, read as the SDKs read it: ``retry-after-ms``,
+    then ``retry-after`` as seconds, then as an HTTP date; ``None`` when it asks
+    none. Possibly negative or not finite (``inf``, ``1e309``, ``nan``): the
+    Anthropic SDK sleeps for an infinite wait as for a long one (49 days)."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            parsed = email.utils.parsedate_tz(value)
-            if parsed is None:
+        if value is not None:
+            try:
+                return float(value) / scale
+            except ValueError:
                 continue
-            seconds = email.utils.mktime_tz(parsed) - time.time()
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    return None
+    parsed = email.utils.parsedate_tz(headers.get("retry-after") or "")
+    if parsed is None:
+        return None
+    try:
+        return email.utils.mktime_tz(parsed) - time.time()
+    except (OverflowError, ValueError, OSError):  # a year past what the platform holds
+        return None
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The wait a response asks for, at least 0; ``None`` when it asks none we
+    can honour (none, or not a finite number): the engine then backs off."""
+    seconds = _asked_wait(headers)
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return max(seconds, 0.0)
 
 
 def retry_after_guard(max_wait: float) -> Callable[[httpx2.Response], None]:
-    """An httpx response hook that stops the SDK from sleeping longer than ``max_wait``."""
+    """An httpx response hook that stops the SDK from sleeping longer than
+    ``max_wait``. A wait that is not a finite number counts as too long."""
 
     def guard(response: httpx2.Response) -> None:
-        wait = retry_after_seconds(response.headers)
-        if wait is not None and wait > max_wait:
+        wait = _asked_wait(response.headers)
+        if wait is not None and not wait <= max_wait:  # NaN compares false
             response.headers["x-should-retry"] = "false"
 
     return guard

@@ -211,6 +211,24 @@ def test_retry_after_beyond_the_bound_goes_back_to_the_engine(
     assert len(server.requests) == 1
 
 
+@pytest.mark.timeout(30)  # the failure this guards against is a 49-day sleep
+@pytest.mark.parametrize("asked", ["inf", "Infinity", "1e309", "nan"])
+def test_a_retry_after_that_is_not_a_finite_number_goes_back_to_the_engine(
+    make_client: MakeClient, server: FakeLLMServer, asked: str
+) -> None:
+    """The Anthropic SDK sleeps for ``Retry-After: inf`` (capped at 49 days);
+    the guard counts a wait it cannot read as a finite number as too long."""
+    server.queue_fault("429", retry_after=asked)
+
+    started = time.monotonic()
+    with pytest.raises(RateLimitedError) as caught:
+        make_client(server, max_retry_after=2.0).complete(lap_request(0))
+
+    assert time.monotonic() - started < 5
+    assert caught.value.retry_after is None  # the engine's own backoff, not infinity
+    assert len(server.requests) == 1
+
+
 def test_500_then_success(make_client: MakeClient, server: FakeLLMServer) -> None:
     server.queue_fault("500")
 
