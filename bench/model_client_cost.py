@@ -4,7 +4,10 @@ paths carrying the same bytes (issue 21 goal 3): ``python -m bench.model_client_
 An IO-bound worker spends about a third of its CPU in the model client
 (BENCHMARKS.md, "The worker's garbage collector"). This measures, in one
 process against ``bench.io_provider`` answering at once, the CPU per call of:
-``OpenAIChatModel.complete`` as a lap calls it; the SDK with its reply left
+``OpenAIChatModel.complete`` as a lap calls it (the SDK's generic ``post``,
+the reply parsed by ``from_openai_json``); the SDK's typed
+``chat.completions.create`` as the client called it before, its reply parsed
+into a ``ChatCompletion`` and left there; the same with its reply left
 unparsed (``with_raw_response``); the SDK's own httpx client sent the wire
 body ``wire_body`` builds; and ``http.client`` on one kept-alive connection.
 Each path sends the same 40-message window of the benchmark's workload and
@@ -56,6 +59,11 @@ def paths(port: int) -> dict[str, Callable[[ModelRequest], Any]]:
     conn = http.client.HTTPConnection("127.0.0.1", port)
     headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
 
+    def typed(r: ModelRequest) -> Any:
+        return sdk.chat.completions.create(
+            model="io", messages=[], extra_headers=idempotency_headers(r),
+            extra_body=wire_body(r))
+
     def unparsed(r: ModelRequest) -> Any:
         raw = sdk.chat.completions.with_raw_response.create(
             model="io", messages=[], extra_headers=idempotency_headers(r),
@@ -75,7 +83,8 @@ def paths(port: int) -> dict[str, Callable[[ModelRequest], Any]]:
         return json.loads(conn.getresponse().read())
 
     return {"OpenAIChatModel.complete": model.complete,
-            "SDK, reply not parsed": unparsed,
+            "SDK's typed create": typed,
+            "SDK's typed create, reply not parsed": unparsed,
             "SDK's httpx client, wire body": sdk_httpx,
             "http.client, wire body": stdlib}
 
@@ -115,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU per call, ms (median [min-max] of {a.repeats} turns of {a.calls} calls; "
               f"load {os.getloadavg()[0]:.1f}):")
         for name, values in got.items():
-            print(f"  {name:32s} {statistics.median(values):.3f} "
+            print(f"  {name:38s} {statistics.median(values):.3f} "
                   f"[{min(values):.3f}-{max(values):.3f}]")
     finally:
         provider.terminate()

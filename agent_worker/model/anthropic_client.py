@@ -9,34 +9,25 @@ engine's log keeps one message per tool result, so consecutive results are merge
 from __future__ import annotations
 
 import anthropic
-from anthropic.types import (
-    ContentBlockParam,
-    MessageParam,
-    TextBlock,
-    ToolParam,
-    ToolUseBlock,
-)
-from anthropic.types import Message as AnthropicMessage
+from anthropic.types import ContentBlockParam, MessageParam, ToolParam
 
 from agent_worker.errors import (
     ContextLengthError,
     InvalidInputError,
+    MalformedModelOutputError,
     ModelRefusalError,
 )
 from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from agent_worker.model.failures import ProviderFailures
-from agent_worker.model.prebuild import complete
 from agent_worker.model.sdk_common import (
     ResponseHook,
     SdkModel,
+    WireModel,
     idempotency_headers,
     kept_alive,
+    parse_reply,
     tool_arguments,
 )
-
-# Under the import lock, before a threads worker parses replies concurrently
-# (see agent_worker.model.prebuild).
-complete(AnthropicMessage)
 
 #: The API requires an output limit; this one suits a tool-calling lap.
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
@@ -72,15 +63,23 @@ class AnthropicModel(SdkModel[anthropic.Anthropic]):
         )
 
     def _complete(self, sdk: anthropic.Anthropic, request: ModelRequest) -> ModelResponse:
-        reply = sdk.messages.create(
-            model=self.model,
-            max_tokens=self._output_limit(request) or DEFAULT_MAX_OUTPUT_TOKENS,
-            system=request.instructions or anthropic.omit,
-            messages=to_anthropic_messages(request),
-            tools=to_anthropic_tools(request) or anthropic.omit,
-            extra_headers=idempotency_headers(request),
-        )
-        return from_anthropic_message(reply)
+        body: dict[str, object] = {
+            "model": self.model,
+            "max_tokens": self._output_limit(request) or DEFAULT_MAX_OUTPUT_TOKENS,
+            "messages": to_anthropic_messages(request),
+        }
+        if request.instructions:
+            body["system"] = request.instructions
+        tools = to_anthropic_tools(request)
+        if tools:
+            body["tools"] = tools
+        # The SDK's generic POST keeps its retries, timeouts, auth, version
+        # header and error mapping; the reply is read by ``from_anthropic_json``
+        # (see ``sdk_common.parse_reply`` for why not the SDK's typed reply).
+        raw = sdk.post("/v1/messages", cast_to=bytes, body=body,
+                       options={"headers": idempotency_headers(request),
+                                "idempotency_key": request.idempotency_key})
+        return from_anthropic_json(raw)
 
 
 def to_anthropic_messages(request: ModelRequest) -> list[MessageParam]:
@@ -136,20 +135,51 @@ def to_anthropic_tools(request: ModelRequest) -> list[ToolParam]:
     ]
 
 
-def from_anthropic_message(reply: AnthropicMessage) -> ModelResponse:
-    """Text blocks joined, ``tool_use`` blocks as tool calls; refusals raise."""
+class _WireBlock(WireModel):
+    type: str
+    text: object = None
+    id: object = None
+    name: object = None
+    input: object = None
+
+
+class _WireUsage(WireModel):
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+
+
+class _WireMessage(WireModel):
+    id: str = ""
+    model: str = ""
+    content: list[_WireBlock]
+    stop_reason: str | None = None
+    usage: _WireUsage
+
+
+def from_anthropic_json(raw: bytes) -> ModelResponse:
+    """Text blocks joined, ``tool_use`` blocks as tool calls, other blocks
+    (thinking, server tools) skipped; refusals and a full context raise, and a
+    body that is not a Messages reply is ``MalformedModelOutputError``."""
+    reply = parse_reply(raw, _WireMessage, provider="anthropic", what="a Messages reply")
     if reply.stop_reason == "refusal":
-        raise ModelRefusalError(f"anthropic refused (stop_reason=refusal, message {reply.id})")
+        raise ModelRefusalError(f"anthropic refused (stop_reason=refusal, message {reply.id[:64]})")
     if reply.stop_reason == "model_context_window_exceeded":
         raise ContextLengthError(
-            f"anthropic: the model's context window filled up (message {reply.id})"
+            f"anthropic: the model's context window filled up (message {reply.id[:64]})"
         )
     texts: list[str] = []
     calls: list[ToolCall] = []
-    for block in reply.content:
-        if isinstance(block, TextBlock):
+    for index, block in enumerate(reply.content):
+        if block.type == "text":
+            if not isinstance(block.text, str):
+                raise MalformedModelOutputError(f"anthropic: text block {index} has no text")
             texts.append(block.text)
-        elif isinstance(block, ToolUseBlock):
+        elif block.type == "tool_use":
+            if not isinstance(block.id, str) or not isinstance(block.name, str):
+                raise MalformedModelOutputError(
+                    f"anthropic: tool_use block {index} lacks its id or name")
             arguments = tool_arguments(block.input, provider="anthropic", tool=block.name)
             calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
     usage = reply.usage
