@@ -8,6 +8,8 @@ engine's log keeps one message per tool result, so consecutive results are merge
 
 from __future__ import annotations
 
+import ssl
+
 import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam
 
@@ -51,14 +53,15 @@ class AnthropicModel(SdkModel[anthropic.Anthropic]):
     default_key_env = "ANTHROPIC_API_KEY"
     default_max_output_tokens = DEFAULT_MAX_OUTPUT_TOKENS
 
-    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> anthropic.Anthropic:
+    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook],
+                 tls: ssl.SSLContext) -> anthropic.Anthropic:
         return anthropic.Anthropic(
             api_key=api_key,
             base_url=self.base_url,
             timeout=self.timeout,
             max_retries=self.max_retries,
             http_client=anthropic.DefaultHttpxClient(
-                event_hooks={"response": response_hooks},
+                event_hooks={"response": response_hooks}, verify=tls,
                 limits=kept_alive(anthropic._constants.DEFAULT_CONNECTION_LIMITS)),
         )
 

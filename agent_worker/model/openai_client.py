@@ -8,6 +8,8 @@ not a JSON object is the model's fault and ends the lap as malformed output.
 
 from __future__ import annotations
 
+import ssl
+
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
@@ -44,14 +46,15 @@ class OpenAIChatModel(SdkModel[openai.OpenAI]):
 
     default_key_env = "OPENAI_API_KEY"
 
-    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> openai.OpenAI:
+    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook],
+                 tls: ssl.SSLContext) -> openai.OpenAI:
         return openai.OpenAI(
             api_key=api_key,
             base_url=self.base_url,
             timeout=self.timeout,
             max_retries=self.max_retries,
             http_client=openai.DefaultHttpxClient(
-                event_hooks={"response": response_hooks},
+                event_hooks={"response": response_hooks}, verify=tls,
                 limits=kept_alive(openai._constants.DEFAULT_CONNECTION_LIMITS)),
         )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import ssl
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -43,10 +44,14 @@ ResponseHook = Callable[["httpx2.Response"], None]
 #: its threads over, a thread keeping to one. Why: the HTTP library's pool
 #: scans every connection it holds to place each request, and again when each
 #: answer is read: with a threads worker's hundreds of calls in one pool, those
-#: two scans took about 15% of the worker's CPU (BENCHMARKS.md, "Lap commits
-#: no longer queue behind NOTIFY"). A process of one thread (prefork, solo)
-#: builds one.
-SDK_SHARDS = 16
+#: two scans took about 15% of the worker's CPU, 7.6% with 16 pools of about
+#: 17 threads each (BENCHMARKS.md, "Lap commits no longer queue behind
+#: NOTIFY"). With 64 (about 4 threads a pool at 275 laps at once) a worker
+#: spent 4.02-4.18 against 4.23 ms of CPU a lap, ahead in 5 of 6 pairs
+#: ("The model call without the SDK's typed layer"); the clients share one
+#: TLS context (``_tls_context``), so each costs about 4 KB. A process of one
+#: thread (prefork, solo) builds one.
+SDK_SHARDS = 64
 
 
 def kept_alive(default: Any) -> Any:
@@ -107,6 +112,7 @@ class SdkModel(ABC, Generic[SdkT]):
     def _reset_runtime(self) -> None:
         self._lock = threading.Lock()
         self._sdks: list[SdkT | None] = [None] * SDK_SHARDS
+        self._tls: ssl.SSLContext | None = None
         self._secret: str | None = None
         self._thread_shard = threading.local()
         self._shards_given = itertools.count()
@@ -123,8 +129,10 @@ class SdkModel(ABC, Generic[SdkT]):
         raise failure  # outside the handler: no chained SDK exception (see failures)
 
     @abstractmethod
-    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook]) -> SdkT:
-        """Build the SDK client; ``response_hooks`` go on its HTTP client."""
+    def _new_sdk(self, api_key: str, response_hooks: list[ResponseHook],
+                 tls: ssl.SSLContext) -> SdkT:
+        """Build the SDK client; ``response_hooks`` and ``tls`` (its ``verify``)
+        go on its HTTP client."""
 
     @abstractmethod
     def _complete(self, sdk: SdkT, request: ModelRequest) -> ModelResponse:
@@ -148,8 +156,10 @@ class SdkModel(ABC, Generic[SdkT]):
             sdk = self._sdks[shard]
             if sdk is None:
                 secret = self._read_key()
+                if self._tls is None:
+                    self._tls = _tls_context()
                 sdk = self._sdks[shard] = self._new_sdk(
-                    secret, [retry_after_guard(self.max_retry_after)])
+                    secret, [retry_after_guard(self.max_retry_after)], self._tls)
                 self._secret = secret
             return sdk
 
@@ -193,7 +203,8 @@ class SdkModel(ABC, Generic[SdkT]):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the configuration only: never the SDK client, the key or the lock."""
         state = dict(self.__dict__)
-        for runtime in ("_lock", "_sdks", "_secret", "_thread_shard", "_shards_given"):
+        for runtime in ("_lock", "_sdks", "_tls", "_secret", "_thread_shard",
+                        "_shards_given"):
             state.pop(runtime)
         return state
 
@@ -206,6 +217,20 @@ class SdkModel(ABC, Generic[SdkT]):
             f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, "
             f"key={self._key_source()})"
         )
+
+
+def _tls_context() -> ssl.SSLContext:
+    """The TLS settings one model client's SDK clients share.
+
+    Why shared: an SDK client's HTTP client otherwise builds its own, loading
+    the CA bundle again: 0.8 MB each, so 51 MB for a threads worker's
+    ``SDK_SHARDS`` clients, against 4 KB each with one context (which is safe
+    to share between threads and connections). Built by the SDKs' HTTP library
+    itself, so it trusts what each client would have (its CA bundle, or
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``)."""
+    import httpx2  # the HTTP library of both SDKs; imported with them, not before
+
+    return httpx2.create_ssl_context()
 
 
 class WireModel(BaseModel):
