@@ -33,13 +33,20 @@ def model_output(response: ModelResponse, settings: Settings) -> ModelResponse:
     """``response`` under the rule, or a retriable refusal.
 
     Raises:
-        MalformedModelOutputError: not an assistant turn, or nested too deep.
+        MalformedModelOutputError: not an assistant turn, negative token
+            usage, or nested too deep.
         ModelOutputTooLargeError: over ``max_model_output_bytes`` once cleaned.
     """
     message = response.message
     if message.role != "assistant":
         raise MalformedModelOutputError(f"model returned a {message.role!r} message, "
                                         "not an assistant turn")
+    usage = response.usage
+    if usage.input_tokens < 0 or usage.output_tokens < 0:
+        # Charged as reported, it would refund the run's budget.
+        raise MalformedModelOutputError(
+            f"model reported negative token usage ({usage.input_tokens} in, "
+            f"{usage.output_tokens} out)")
     depth = settings.max_json_depth
     try:
         calls = tuple(ToolCall(id=clean_text(c.id), name=clean_text(c.name),

@@ -295,6 +295,21 @@ def test_deep_json_is_refused_clearly_everywhere(worker: InProcessWorker) -> Non
     assert worker.effects(run.id) == []
 
 
+def test_negative_token_usage_is_malformed_output_and_refunds_nothing(
+        worker: InProcessWorker) -> None:
+    """A provider (or proxy) reporting negative usage would, charged as
+    reported, shrink the run's budget totals; it is refused like any other
+    malformed answer, on every attempt, and the totals stay as they were."""
+    refund = turn("", [("echo_hostile", {"text": "x"})], usage=(-10_000, 5))
+    run = worker.start_run(_scripted("h-negative-usage", refund))
+    worker.run_until_idle()
+    done = worker.get_run(run.id)
+    assert (done.status, done.error_code) == ("failed", "malformed_model_output")
+    assert done.error_message is not None and "negative token usage" in done.error_message
+    assert (done.input_tokens, done.output_tokens) == (0, 0)
+    assert worker.effects(run.id) == []
+
+
 # --- identifiers and operator text (problem 5) ------------------------------------------------
 
 
