@@ -27,14 +27,17 @@ from agent_worker.untrusted import clean, clean_text, payload_bytes
 #: it again, never hand the stand-in to the model as if it were the value.
 REFUSED = "agent_worker_refused"
 _PREFIX_CHARS = 1000
+#: The most tokens one answer may report using, in or out: far beyond any
+#: model's window, far below what the ledger's 64-bit totals hold.
+MAX_REPORTED_TOKENS = 2**31 - 1
 
 
 def model_output(response: ModelResponse, settings: Settings) -> ModelResponse:
     """``response`` under the rule, or a retriable refusal.
 
     Raises:
-        MalformedModelOutputError: not an assistant turn, negative token
-            usage, or nested too deep.
+        MalformedModelOutputError: not an assistant turn, token usage out of
+            range (negative, or past ``MAX_REPORTED_TOKENS``), or nested too deep.
         ModelOutputTooLargeError: over ``max_model_output_bytes`` once cleaned.
     """
     message = response.message
@@ -42,11 +45,12 @@ def model_output(response: ModelResponse, settings: Settings) -> ModelResponse:
         raise MalformedModelOutputError(f"model returned a {message.role!r} message, "
                                         "not an assistant turn")
     usage = response.usage
-    if usage.input_tokens < 0 or usage.output_tokens < 0:
-        # Charged as reported, it would refund the run's budget.
+    if not all(0 <= n <= MAX_REPORTED_TOKENS for n in (usage.input_tokens, usage.output_tokens)):
+        # Charged as reported, a negative count would refund the run's budget,
+        # and one past 64 bits would fail the lap commit as a database error.
         raise MalformedModelOutputError(
-            f"model reported negative token usage ({usage.input_tokens} in, "
-            f"{usage.output_tokens} out)")
+            "model reported token usage out of range (each count 0 to "
+            f"{MAX_REPORTED_TOKENS:,} per answer)")
     depth = settings.max_json_depth
     try:
         calls = tuple(ToolCall(id=clean_text(c.id), name=clean_text(c.name),

@@ -295,17 +295,23 @@ def test_deep_json_is_refused_clearly_everywhere(worker: InProcessWorker) -> Non
     assert worker.effects(run.id) == []
 
 
-def test_negative_token_usage_is_malformed_output_and_refunds_nothing(
-        worker: InProcessWorker) -> None:
-    """A provider (or proxy) reporting negative usage would, charged as
-    reported, shrink the run's budget totals; it is refused like any other
-    malformed answer, on every attempt, and the totals stay as they were."""
-    refund = turn("", [("echo_hostile", {"text": "x"})], usage=(-10_000, 5))
-    run = worker.start_run(_scripted("h-negative-usage", refund))
+USAGE_OUT_OF_RANGE = {"refund-in": (-10_000, 5), "refund-out": (5, -1),
+                      "past-64-bits": (2**63, 1), "absurd": (10**30, 10**30)}
+
+
+@pytest.mark.parametrize("case", list(USAGE_OUT_OF_RANGE))
+def test_token_usage_out_of_range_is_malformed_output_and_charges_nothing(
+        worker: InProcessWorker, case: str) -> None:
+    """Charged as reported, negative usage would shrink the run's budget
+    totals, and a count past 64 bits would fail the lap commit as a database
+    error; either is refused like any other malformed answer, on every
+    attempt, and the totals stay as they were."""
+    wild = turn("", [("echo_hostile", {"text": "x"})], usage=USAGE_OUT_OF_RANGE[case])
+    run = worker.start_run(_scripted(f"h-usage-{case}", wild))
     worker.run_until_idle()
     done = worker.get_run(run.id)
     assert (done.status, done.error_code) == ("failed", "malformed_model_output")
-    assert done.error_message is not None and "negative token usage" in done.error_message
+    assert done.error_message is not None and "usage out of range" in done.error_message
     assert (done.input_tokens, done.output_tokens) == (0, 0)
     assert worker.effects(run.id) == []
 
