@@ -11,6 +11,7 @@ from configuration anywhere (even inside a Celery message) without carrying the 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -227,10 +228,14 @@ def _tls_context() -> ssl.SSLContext:
     ``SDK_SHARDS`` clients, against 4 KB each with one context (which is safe
     to share between threads and connections). Built by the SDKs' HTTP library
     itself, so it trusts what each client would have (its CA bundle, or
-    ``SSL_CERT_FILE``/``SSL_CERT_DIR``)."""
-    import httpx2  # the HTTP library of both SDKs; imported with them, not before
-
-    return httpx2.create_ssl_context()
+    ``SSL_CERT_FILE``/``SSL_CERT_DIR``): httpx2 for current SDK releases,
+    httpx for those from before their move to it."""
+    try:
+        library = importlib.import_module("httpx2")
+    except ImportError:  # an SDK release from before the move to httpx2
+        library = importlib.import_module("httpx")
+    create: Callable[[], ssl.SSLContext] = library.create_ssl_context
+    return create()
 
 
 class WireModel(BaseModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -195,3 +196,13 @@ def test_a_clients_sdk_clients_share_one_tls_context(
         assert len(loads) == 1
     finally:
         model.close()
+
+
+def test_the_tls_context_comes_from_httpx_where_the_sdks_predate_httpx2(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SDK releases before their move to httpx2 bring httpx: the shared
+    context is then httpx's, with the same verification."""
+    monkeypatch.setitem(sys.modules, "httpx2", None)  # import httpx2 -> ImportError
+    tls = sdk_common._tls_context()
+    assert tls.verify_mode is ssl.CERT_REQUIRED and tls.check_hostname
+    assert tls.get_ca_certs()
