@@ -72,6 +72,15 @@ def test_text_is_kept_as_sent_for_the_engine_to_clean() -> None:
     assert reply.message.content == "a\x00b\ud800c ☃"
 
 
+def test_a_30_mb_answer_is_read_whole_for_the_lap_to_bound() -> None:
+    """The clients read what arrives; the size limit is the lap's
+    (``MAX_MODEL_OUTPUT_BYTES`` in ``engine.admit``), applied the same way to
+    every client's answer."""
+    text = "a\u0000b\ud800" * 7_500_000  # 30 M characters
+    assert from_openai_json(completion({"content": text})).message.content == text
+    assert from_anthropic_json(reply({"type": "text", "text": text})).message.content == text
+
+
 def test_a_refusal_and_a_content_filter_are_refusals() -> None:
     with pytest.raises(ModelRefusalError, match="cannot help"):
         from_openai_json(completion({"content": None, "refusal": "I cannot help."}))
