@@ -13,7 +13,13 @@ steps a worker that dies has the message in neither place.
 ``POP_AND_HOLD`` does both at once, atomically on the server: pop from the
 first non-empty queue list (``BRPOP``'s order) and write the very entry
 ``QoS.append`` would write, ``[payload, exchange, routing_key]`` under the
-message's delivery tag, with the time as its score. Everything that reads
+message's delivery tag, with the time as its score. It takes as many
+messages as the channel's prefetch has room for (at most ``MAX_BATCH``) in
+that one call: under a backlog a threads worker's consumer, one thread among
+hundreds waiting for the GIL, otherwise got one message per turn, and laps
+waited in the list while their worker had threads free (BENCHMARKS.md, "Taking
+a backlog in one round trip"). A message taken but not delivered (a delivery
+that raised before it) is put back at the head of its list at once. Everything that reads
 those keys (kombu's restore of messages past the visibility timeout, ``restore_by_tag``
 on a reject, the requeue at shutdown, ``QoS.ack``) is kombu's own and
 unchanged. A script cannot block, so it is tried first only right after a
@@ -47,28 +53,44 @@ from redis.exceptions import ResponseError
 log = logging.getLogger(__name__)
 
 POP_AND_HOLD = """
+local out = {}
+local room = tonumber(ARGV[2])
 for i = 3, #KEYS do
-  local item = redis.call('RPOP', KEYS[i])
-  if item then
+  while #out < room * 3 do
+    local item = redis.call('RPOP', KEYS[i])
+    if not item then break end
     local ok, payload = pcall(cjson.decode, item)
     local props = ok and type(payload) == 'table' and payload['properties']
     local info = type(props) == 'table' and props['delivery_info']
     local tag = type(props) == 'table' and props['delivery_tag']
+    local held = 0
     if type(info) == 'table' and type(tag) == 'string' then
       redis.call('ZADD', KEYS[2], ARGV[1], tag)
       redis.call('HSET', KEYS[1], tag, '[' .. item .. ',' .. cjson.encode(info['exchange'])
                  .. ',' .. cjson.encode(info['routing_key']) .. ']')
-      return {KEYS[i], item, 1}
+      held = 1
     end
-    return {KEYS[i], item, 0}
+    local n = #out
+    out[n + 1] = KEYS[i]
+    out[n + 2] = item
+    out[n + 3] = held
   end
 end
-return false
+if #out == 0 then
+  return false
+end
+return out
 """
 """KEYS: the unacked hash, the unacked index, then the queue lists in
-``BRPOP``'s order; ARGV: the score (now). Returns ``[list, message, held]``,
-``held`` 0 when the message is not kombu's shape (kombu's ``QoS.append``
-then writes what it can), or nil when every list is empty."""
+``BRPOP``'s order; ARGV: the score (now), then how many messages at most.
+Returns ``[list, message, held, ...]`` for each message taken, in the order
+taken, ``held`` 0 when the message is not kombu's shape (kombu's
+``QoS.append`` then writes what it can), or nil when every list is empty."""
+
+#: The most messages one script call takes: it bounds the time the script
+#: holds the Redis server (each message is a pop, a JSON decode and two writes)
+#: and the reply's size.
+MAX_BATCH = 64
 
 
 _held: dict[str, bool] = {}
@@ -147,8 +169,10 @@ class PopHeldChannel(kombu_redis.Channel):
         ch._in_poll = connection
         ch._brpop_sent_at = monotonic()
         self._popping = True
+        room = self.qos.can_consume_max_estimate()
         connection.send_command("EVAL", POP_AND_HOLD, 2 + len(lists), self.unacked_key,
-                                self.unacked_index_key, *lists, time())
+                                self.unacked_index_key, *lists, time(),
+                                MAX_BATCH if room is None else max(1, min(room, MAX_BATCH)))
 
     def _brpop_read(self, **options: Any) -> bool:
         ch: Any = self
@@ -172,19 +196,39 @@ class PopHeldChannel(kombu_redis.Channel):
             if not reply:
                 self._pop_next = False  # every list was empty: block in BRPOP
                 raise Empty()
-            found, item, held = reply
-            queue = bytes_to_str(found).rsplit(self.sep, 1)[0]
-            ch._queue_cycle.rotate(queue)
-            payload = loads(bytes_to_str(item))
-            self.held_tag = payload["properties"]["delivery_tag"] if held else None
-            try:
-                self.connection._deliver(payload, queue)
-            finally:
-                self.held_tag = None
+            taken = [reply[at:at + 3] for at in range(0, len(reply), 3)]
+            for at, (found, item, held) in enumerate(taken):
+                try:
+                    self._deliver_taken(bytes_to_str(found).rsplit(self.sep, 1)[0], item, held)
+                except BaseException:
+                    self._give_back(taken[at + 1:])
+                    raise
             return True
         finally:
             ch._in_poll = None
             ch._flush_brpop_reauth()
+
+    def _deliver_taken(self, queue: str, item: bytes, held: int) -> None:
+        ch: Any = self
+        ch._queue_cycle.rotate(queue)
+        payload = loads(bytes_to_str(item))
+        self.held_tag = payload["properties"]["delivery_tag"] if held else None
+        try:
+            self.connection._deliver(payload, queue)
+        finally:
+            self.held_tag = None
+
+    def _give_back(self, taken: list[list[Any]]) -> None:
+        """Put messages the script took but this channel never delivered back
+        at the head of their lists, in their order, and drop their unacked
+        records (kombu's ``restore_by_tag``): else they would wait out the
+        visibility timeout, since only delivered tags are restored at shutdown."""
+        qos: Any = self.qos  # HeldQoS, whose stubs miss the Redis QoS's members
+        for found, item, held in reversed(taken):
+            if held:
+                qos.restore_by_tag(loads(bytes_to_str(item))["properties"]["delivery_tag"])
+            else:
+                self.client.rpush(found, item)
 
 
 __all__ = ["POP_AND_HOLD", "HeldQoS", "PopHeldChannel", "acked_by_successor", "held_here"]

@@ -18,7 +18,7 @@ import redis
 from celery import Celery
 from kombu import Connection, Consumer, Exchange, Producer, Queue
 
-from tasks.popheld import PopHeldChannel
+from tasks.popheld import MAX_BATCH, PopHeldChannel
 from tests.integration.brokers import broker_app, redis_user_denied
 
 pytestmark = pytest.mark.integration
@@ -94,6 +94,76 @@ def test_a_held_message_is_requeued_by_a_reject_and_restored_after_its_timeout(
         assert restored.payload == {"n": 1}
         restored.ack()
     assert plain.hget("unacked", restored.delivery_tag) is None
+
+
+def _drain_once(conn: Connection, queue: Queue, prefetch: int | None,
+                callback: Any = None) -> list[Any]:
+    """The messages one ``drain_events`` delivers: one script call's."""
+    got: list[Any] = []
+    with Consumer(conn.default_channel, [queue], prefetch_count=prefetch, accept=["json"],
+                  callbacks=[callback or (lambda b, m: got.append(m))]):
+        conn.drain_events(timeout=5)
+    return got
+
+
+def test_a_backlog_is_taken_in_one_call_as_far_as_the_prefetch_has_room(
+        app: Celery, plain: redis.Redis[bytes]) -> None:
+    """Five queued, room for three: one call takes the oldest three, in
+    order, each held as kombu holds it; the other two stay queued."""
+    queue = _queue()
+    with app.connection_for_write() as conn:
+        _publish(conn, queue, *({"n": n} for n in range(5)))
+        got = _drain_once(conn, queue, prefetch=3)
+        assert [m.payload for m in got] == [{"n": 0}, {"n": 1}, {"n": 2}]
+        assert plain.llen(queue.name) == 2
+        for message in got:
+            assert _held(plain, message.delivery_tag)[0] == [message._raw, queue.name, queue.name]
+            message.ack()
+        assert [m.payload for m in _drain_once(conn, queue, prefetch=3)] == [{"n": 3}, {"n": 4}]
+
+
+def test_without_a_prefetch_limit_one_call_takes_at_most_max_batch(
+        app: Celery, plain: redis.Redis[bytes]) -> None:
+    queue = _queue()
+    with app.connection_for_write() as conn:
+        _publish(conn, queue, *({"n": n} for n in range(MAX_BATCH + 3)))
+        got = _drain_once(conn, queue, prefetch=None)
+        assert [m.payload["n"] for m in got] == list(range(MAX_BATCH))
+        assert plain.llen(queue.name) == 3
+        for message in got:
+            message.ack()
+
+
+def test_messages_taken_but_not_delivered_go_back_to_the_head_of_the_queue(
+        app: Celery, plain: redis.Redis[bytes]) -> None:
+    """The delivery of the second of four raises: the third and fourth go back
+    at the head of the list in their order, without their unacked records;
+    the second stays held, as kombu leaves a delivery that raised."""
+    queue = _queue()
+    seen: list[Any] = []
+
+    def fail_on_the_second(body: Any, message: Any) -> None:
+        seen.append(message)
+        if body == {"n": 1}:
+            raise RuntimeError("delivery failed")
+
+    with app.connection_for_write() as conn:
+        _publish(conn, queue, *({"n": n} for n in range(4)), {"n": "later"})
+        with pytest.raises(RuntimeError, match="delivery failed"):
+            _drain_once(conn, queue, prefetch=4, callback=fail_on_the_second)
+        assert [m.payload for m in seen] == [{"n": 0}, {"n": 1}]
+        assert _held(plain, seen[1].delivery_tag)[0] is not None
+        held_here = [json.loads(e) for e in plain.hvals("unacked")]
+        assert sorted(m[0]["properties"]["delivery_tag"] for m in held_here
+                      if m[2] == queue.name) == sorted(m.delivery_tag for m in seen)
+        for message in seen:
+            message.ack()
+        again = _drain_once(conn, queue, prefetch=2)
+        assert [m.payload for m in again] == [{"n": 2}, {"n": 3}]
+        assert all(m.delivery_info["redelivered"] for m in again)
+        for message in again:
+            message.ack()
+        assert [m.payload for m in _drain_once(conn, queue, prefetch=1)] == [{"n": "later"}]
 
 
 def test_an_empty_queue_waits_in_kombus_brpop(app: Celery, broker_url: str,
