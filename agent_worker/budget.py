@@ -10,14 +10,24 @@ killed repeatedly can overspend by at most one lap's worth.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
-from agent_worker.errors import BudgetExceededError
+from pydantic import ValidationInfo, field_validator
+
+from agent_worker.errors import BudgetExceededError, InvalidInputError
 from agent_worker.messages import Frozen, Usage
 
 _LIMITS = ("max_laps", "max_input_tokens", "max_output_tokens", "max_cost", "max_wall_seconds")
+
+MAX_WALL_SECONDS = 100 * 365 * 24 * 3600
+"""The longest wall-clock limit a run may have (about 100 years): a run's
+deadline is its start plus this, and must be a date."""
+
+_STORED = {"stored": True}
 
 
 class Budget(Frozen):
@@ -29,6 +39,30 @@ class Budget(Frozen):
     max_cost: Decimal | None = None
     max_wall_seconds: float | None = None
     on_exceed: Literal["fail", "pause"] = "fail"
+
+    @field_validator(*_LIMITS)
+    @classmethod
+    def _a_limit_a_run_can_meet(cls, value: Any, info: ValidationInfo) -> Any:
+        """A negative limit made a run that failed (or paused) before its
+        first lap, and a wall limit of NaN, infinity or past year 9999 failed
+        ``start_run`` with a bare ``ValueError``: refused here, where a
+        caller, an agent or ``raise_budget`` gives them. Limits read back
+        from a run (``of_run``) are taken as stored, so a run an older
+        release admitted stays readable and can still be raised."""
+        if value is None or info.context == _STORED:
+            return value
+        if value < 0:
+            raise InvalidInputError(f"budget: {info.field_name} must be at least 0, not {value}")
+        if info.field_name == "max_wall_seconds" and not (
+                math.isfinite(value) and value <= MAX_WALL_SECONDS):
+            raise InvalidInputError(
+                f"budget: max_wall_seconds must be a number of seconds up to {MAX_WALL_SECONDS}")
+        return value
+
+    @classmethod
+    def of_run(cls, limits: Mapping[str, Any]) -> Budget:
+        """A run's limits as stored on its row."""
+        return cls.model_validate(limits, context=_STORED)
 
     def tightened_by(self, caller: Budget | None) -> Budget:
         """The agent's limits (``self``) narrowed by a caller's: each limit is the

@@ -103,7 +103,7 @@ def state_view(found: RunState | None, run_id: str) -> RunStateView:
         run_id=run.id, status=run.status, lap=ckpt.lap, waiting_for=run.waiting_for,
         labels=run.labels or {}, plan=ckpt.plan, next_action=ckpt.next_action,
         facts=ckpt.facts, budget=ckpt.budget.model_dump(mode="json"),
-        limits=Budget.model_validate(run.limits), pending_calls=ckpt.pending_calls,
+        limits=Budget.of_run(run.limits), pending_calls=ckpt.pending_calls,
         pending_edits=found.pending_edits, updated_at=run.updated_at)
 
 

@@ -89,7 +89,7 @@ def budget_share(parent_limits: dict[str, Any], spent: BudgetLedger, count: int)
     """Each of ``count`` children's share of what the parent has left: its
     remaining tokens and cost split evenly, and its deadline. Limits the parent
     lacks stay unset."""
-    limits = Budget.model_validate(parent_limits)
+    limits = Budget.of_run(parent_limits)
     share: dict[str, Any] = {}
     if limits.max_input_tokens is not None:
         share["max_input_tokens"] = max(limits.max_input_tokens - spent.input_tokens, 0) // count

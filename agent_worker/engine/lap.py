@@ -320,7 +320,7 @@ class _Lap:
         if ckpt.pending_calls:
             calls = list(ckpt.pending_calls)
         else:
-            limits = Budget.model_validate(claim.run.limits)
+            limits = Budget.of_run(claim.run.limits)
             reason = ckpt.budget.exceeded(limits, self.rt.clock.now())
             if reason is not None:
                 return self._over_budget(reason, limits)

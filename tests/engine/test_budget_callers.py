@@ -1,7 +1,8 @@
 """A caller's budget only tightens the agent's limits (issue 16, item 4): a
 ``start_run(budget=...)`` used to replace the agent's budget wholesale, so
-``Budget(max_laps=None, max_cost=None)`` lifted every limit. In process, on
-SQLite and on a fresh real Postgres database."""
+``Budget(max_laps=None, max_cost=None)`` lifted every limit. And a budget no
+run can meet is refused where it is given. In process, on SQLite and on a
+fresh real Postgres database."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from agent_worker import Budget, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
+from agent_worker.budget import MAX_WALL_SECONDS
+from agent_worker.errors import InvalidInputError
 from agent_worker.messages import ModelRequest, ModelResponse
+from store.rows import runs
 from store.sql import SqlStore
 from tests.principals import acting
 
@@ -91,3 +96,60 @@ def test_no_caller_budget_is_the_agents() -> None:
     assert AGENT_LIMITS.tightened_by(None) == AGENT_LIMITS
     assert AGENT_LIMITS.tightened_by(Budget()) == AGENT_LIMITS
     assert Budget(max_laps=None).tightened_by(Budget(max_laps=7)).max_laps == 7
+
+
+UNMEETABLE: dict[str, dict[str, Any]] = {
+    "negative laps": {"max_laps": -1},
+    "negative input tokens": {"max_input_tokens": -10},
+    "negative output tokens": {"max_output_tokens": -10},
+    "negative cost": {"max_cost": Decimal("-0.01")},
+    "negative wall": {"max_wall_seconds": -1.0},
+    "NaN wall": {"max_wall_seconds": float("nan")},
+    "infinite wall": {"max_wall_seconds": float("inf")},
+    "wall past year 9999": {"max_wall_seconds": MAX_WALL_SECONDS * 100.0},
+}
+
+
+@pytest.mark.parametrize("case", list(UNMEETABLE))
+def test_a_budget_no_run_can_meet_is_refused_where_it_is_given(w: InProcessWorker,
+                                                               case: str) -> None:
+    """Was: a negative limit made a run that failed before its first lap
+    ("0 of -1 laps"), and a wall limit of NaN or infinity failed
+    ``start_run`` with a bare ``ValueError``/``OverflowError``. Now the
+    budget, a caller's or an operator's raise, is refused as invalid input
+    naming the limit, and nothing is written."""
+    limits = UNMEETABLE[case]
+    field = next(iter(limits))
+    with pytest.raises(InvalidInputError, match=field):
+        Budget(**limits)
+    paused = _run_out(w, Budget(max_laps=None, on_exceed="pause"))
+    with pytest.raises(InvalidInputError, match=field):
+        acting(w, "ops:dana").raise_budget(paused.id, **limits)
+    after = w.get_run(paused.id)
+    assert (after.status, after.limits) == ("waiting", paused.limits)
+
+
+def test_a_zero_limit_is_a_budget_already_spent(w: InProcessWorker) -> None:
+    run = _run_out(w, Budget(max_laps=0))
+    assert (run.status, run.error_code, run.laps_used) == ("failed", "budget_exceeded", 0)
+
+
+def test_a_negative_limit_an_older_release_stored_still_reads_and_can_be_raised(
+        w: InProcessWorker) -> None:
+    """Limits read back from a run are taken as stored: a run paused with a
+    negative limit before this release stays readable, and an operator's
+    raise must leave every limit valid."""
+    run = _run_out(w, Budget(max_laps=None, on_exceed="pause"))
+    store = w.rt.store
+    assert isinstance(store, SqlStore)
+    with store.engine.begin() as c:
+        c.execute(update(runs).where(runs.c.id == run.id)
+                  .values(limits={**run.limits, "max_laps": -1}))
+    assert w.get_state(run.id).limits.max_laps == -1
+    # A raise that leaves the stored negative limit in place names it.
+    with pytest.raises(InvalidInputError, match="max_laps"):
+        acting(w, "ops:dana").raise_budget(run.id, max_cost=Decimal("9"))
+    raised = acting(w, "ops:dana").raise_budget(run.id, max_laps=5)
+    assert raised.limits["max_laps"] == 5
+    w.run_until_idle()
+    assert (w.get_run(run.id).status, w.get_run(run.id).laps_used) == ("waiting", 5)
