@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from agent_worker.budget import Budget, BudgetLedger
+from agent_worker.budget import MAX_WALL_SECONDS, Budget, BudgetLedger
 from agent_worker.checkpoint import load_checkpoint
 from agent_worker.children import Child, StartChildren
 from agent_worker.engine.newrun import admitted_run
@@ -99,9 +99,9 @@ def budget_share(parent_limits: dict[str, Any], spent: BudgetLedger, count: int)
     if limits.max_cost is not None:
         left = max(limits.max_cost - spent.cost, Decimal(0)) / count
         share["max_cost"] = left.quantize(Decimal("0.000001"))
-    if spent.deadline is not None:
-        share["max_wall_seconds"] = max(
-            (spent.deadline - spent.started_at).total_seconds(), 0.0)
+    if spent.deadline is not None:  # a parent an older release admitted may outlast the cap
+        share["max_wall_seconds"] = min(max(
+            (spent.deadline - spent.started_at).total_seconds(), 0.0), MAX_WALL_SECONDS)
     return Budget(**share)
 
 

@@ -7,6 +7,7 @@ fresh real Postgres database."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -15,7 +16,8 @@ from sqlalchemy import update
 
 from agent_worker import Budget, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.budget import MAX_WALL_SECONDS
+from agent_worker.budget import MAX_WALL_SECONDS, BudgetLedger
+from agent_worker.engine import children
 from agent_worker.errors import InvalidInputError
 from agent_worker.messages import ModelRequest, ModelResponse
 from store.rows import runs
@@ -153,3 +155,12 @@ def test_a_negative_limit_an_older_release_stored_still_reads_and_can_be_raised(
     assert raised.limits["max_laps"] == 5
     w.run_until_idle()
     assert (w.get_run(run.id).status, w.get_run(run.id).laps_used) == ("waiting", 5)
+
+
+def test_a_childs_share_of_a_wall_limit_an_older_release_allowed_is_capped() -> None:
+    """A parent admitted with a wall limit past today's cap (older releases
+    took any that made a date) still spawns: its children get the cap."""
+    now = datetime.now(UTC)
+    ledger = BudgetLedger(started_at=now, deadline=now + timedelta(seconds=MAX_WALL_SECONDS * 3))
+    share = children.budget_share({"max_laps": 5}, ledger, 2)
+    assert share.max_wall_seconds == MAX_WALL_SECONDS
