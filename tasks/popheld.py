@@ -17,15 +17,16 @@ message's delivery tag, with the time as its score. It takes as many
 messages as the channel's prefetch has room for (at most ``MAX_BATCH``) in
 that one call: under a backlog a threads worker's consumer, one thread among
 hundreds waiting for the GIL, otherwise got one message per turn, and laps
-waited in the list while their worker had threads free (BENCHMARKS.md, "Taking
-a backlog in one round trip"). A message taken but not delivered (a delivery
-that raised before it) is put back at the head of its list at once. Everything that reads
-those keys (kombu's restore of messages past the visibility timeout, ``restore_by_tag``
-on a reject, the requeue at shutdown, ``QoS.ack``) is kombu's own and
-unchanged. A script cannot block, so it is tried first only right after a
-delivery, when the worker is busy and the next message is likely there; on
-a miss the channel sends kombu's own blocking ``BRPOP``, whose message takes
-kombu's two steps, so an idle worker costs what it cost before. A prefixed
+waited in the list while their worker had threads free (BENCHMARKS.md,
+"Taking a backlog in one round trip"). A message taken but not delivered (a
+delivery that raised before it) is put back at the head of its list at once.
+Everything that reads those keys (kombu's restore of messages past the
+visibility timeout, ``restore_by_tag`` on a reject, the requeue at shutdown,
+``QoS.ack``) is kombu's own and unchanged. A script cannot block, so it is
+tried first only right after a delivery, when the worker is busy and the
+next message is likely there; on a miss the channel sends kombu's own
+blocking ``BRPOP``, whose message takes kombu's two steps, so an idle worker
+costs what it cost before. A prefixed
 keyspace (``global_keyprefix``) and a transport without ack emulation keep
 kombu's path throughout, and so does a channel whose server refused the
 script (an ACL without ``@scripting``), after one warning.
