@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from celery.signals import worker_process_init, worker_process_shutdown
+from typing import Any
+
+from celery.concurrency import get_implementation
+from celery.concurrency.thread import TaskPool as ThreadsPool
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
 from agent_worker.clock import DatabaseClock
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
 from store.db import make_engine
+from store.lapcache import runs_to_keep
 from store.sql import SqlStore
 from tasks.dbpool import worker_pool_options
 from tasks.dispatch import CeleryDispatcher
@@ -34,11 +39,15 @@ class WorkerRuntime:
 
     def __init__(self) -> None:
         self._runtime: Runtime | None = None
+        #: Laps this process runs at once (``laps_per_process``), set when
+        #: the worker starts; one for anything else that runs laps here.
+        self.laps_at_once = 1
 
     def get(self) -> Runtime:
         if self._runtime is None:
             s = get_settings()
             store = system_store(s)
+            store.lap_cache.max_runs = runs_to_keep(self.laps_at_once)
             # Workers on many hosts agree on time only through the database's clock.
             self._runtime = Runtime(store=store, dispatcher=CeleryDispatcher(), settings=s,
                                     clock=DatabaseClock(store.current_time))
@@ -61,6 +70,25 @@ _worker = WorkerRuntime()
 def runtime() -> Runtime:
     """This process's runtime (built on first use)."""
     return _worker.get()
+
+
+def laps_per_process(pool: str | type, concurrency: object) -> int:
+    """Laps one process of a worker of ``pool`` (a name or a class, as
+    Celery's ``worker_pool``) at ``concurrency`` runs at once: all of them
+    in a threads or green pool, one in a prefork child or a solo worker."""
+    pool_cls = get_implementation(pool)
+    if isinstance(concurrency, int) and (issubclass(pool_cls, ThreadsPool)
+                                         or getattr(pool_cls, "is_green", False)):
+        return max(concurrency, 1)
+    return 1
+
+
+@worker_init.connect
+def _size_for_the_pool(sender: Any = None, **_: object) -> None:
+    """Sent by the worker once its concurrency is known, before any lap (and,
+    under prefork, before the fork: children keep the parent's one)."""
+    if sender is not None:
+        _worker.laps_at_once = laps_per_process(sender.pool_cls, sender.concurrency)
 
 
 @worker_process_init.connect
