@@ -62,7 +62,21 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{statistics.median(x[f] for x in results):.2f}" for f in FIELDS]
         loads = ", ".join(f"{x['load_1min_before']:.1f}" for x in results)
         print(f"| {name} | " + " | ".join(cells) + f" | {loads} |")
+    print("\nours minus baseline, paired by round: median [min-max], rounds where ours is higher")
+    for field in FIELDS:
+        print(f"  {field}: {paired(rows['baseline'], rows['ours'], field)}")
     return 0
+
+
+def paired(baseline: list[dict[str, Any]], ours: list[dict[str, Any]], field: str) -> str:
+    """``field`` of ours minus the baseline's, run by run within each round
+    (the two ran minutes apart, ABBA, under about the same load): a change
+    smaller than the machine's drift over a whole invocation can still show
+    here, as a sign that holds in most rounds."""
+    gaps = [o[field] - b[field] for b, o in zip(baseline, ours, strict=True)]
+    higher = sum(gap > 0 for gap in gaps)
+    return (f"{statistics.median(gaps):+.2f} [{min(gaps):+.2f} to {max(gaps):+.2f}], "
+            f"{higher} of {len(gaps)}")
 
 
 if __name__ == "__main__":
