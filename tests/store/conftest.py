@@ -29,6 +29,20 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     s.dispose()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def own_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    """A fresh SQLite file, or a Postgres database of the test's own, for a
+    verb that reads the whole database (the sweep: ``own_database_url``)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        upgrade(url)
+    else:
+        url = request.getfixturevalue("own_database_url")
+    s = SqlStore(url)
+    yield s
+    s.dispose()
+
+
 @pytest.fixture
 def pg_store(database_url: str) -> Iterator[SqlStore]:
     """A store on this session's Postgres database, for what only Postgres does."""

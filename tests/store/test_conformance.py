@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,25 +25,33 @@ from agent_worker.vocabulary import WaitingFor
 from store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
 from store.rows import checkpoints, messages
 from store.sql import SqlStore
+from tests.conftest import DatabaseClock
 from tests.store_helpers import sent_to_postgres
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def travel(store: SqlStore, request: pytest.FixtureRequest) -> Callable[[float], datetime]:
-    """Let ``seconds`` more pass on the store's clock; returns the caller's
-    ``now`` then. SQLite's clock is the caller's (store.dbtime); Postgres keeps its own,
-    which the test database lets us move."""
+def travel(request: pytest.FixtureRequest) -> Iterator[Callable[[float], datetime]]:
+    """Let ``seconds`` more pass on the clock of the test's store (``store``
+    or ``own_store``); returns the caller's ``now`` then. SQLite's clock is
+    the caller's (store.dbtime); Postgres keeps its own, which a test
+    database lets us move (set back when the test ends)."""
+    store: SqlStore = request.getfixturevalue(
+        "own_store" if "own_store" in request.fixturenames else "store")
+    clock = (DatabaseClock(store.engine.url.render_as_string(hide_password=False))
+             if store.engine.dialect.name == "postgresql" else None)
     passed = [0.0]
 
     def go(seconds: float) -> datetime:
-        if store.engine.dialect.name == "postgresql":
-            request.getfixturevalue("db_clock").advance(seconds=seconds)
+        if clock is not None:
+            clock.advance(seconds=seconds)
         passed[0] += seconds
         return NOW + timedelta(seconds=passed[0])
 
-    return go
+    yield go
+    if clock is not None:
+        clock.reset()
 
 
 def _new(run_id: str, now: datetime = NOW) -> NewRun:
@@ -185,19 +193,20 @@ def test_effect_intent_refuses_other_arguments(store: SqlStore) -> None:
 
 
 def test_sweeper_recovers_expired_lease_and_overdue_queue(
-        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+        own_store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid, rid2 = _uid("dead"), _uid("lost")
-    store.create_run(_new(rid))
-    store.create_run(_new(rid2))
-    assert store.claim(rid, 1, owner="dead", now=NOW, lease_seconds=1, window_messages=10)
+    own_store.create_run(_new(rid))
+    own_store.create_run(_new(rid2))
+    assert own_store.claim(rid, 1, owner="dead", now=NOW, lease_seconds=1, window_messages=10)
     later = travel(120)
-    store.heartbeat("w1", [("a", "1")], now=later)
-    due = {d.run_id for d in store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)}
-    assert {rid, rid2} <= due
-    run = store.get_run(rid)
+    own_store.heartbeat("w1", [("a", "1")], now=later)
+    due = {d.run_id for d in own_store.sweep(now=later, handoff_seconds=10,
+                                             resend_max_seconds=60)}
+    assert due == {rid, rid2}
+    run = own_store.get_run(rid)
     assert run is not None and run.status == "queued" and run.recoveries == 1
     # A second sweep right after finds nothing new: sent laps are marked sent.
-    again = store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)
+    again = own_store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60)
     assert not {rid, rid2} & {d.run_id for d in again}
 
 
@@ -280,21 +289,22 @@ def test_text_the_rule_keeps_round_trips_byte_for_byte(store: SqlStore) -> None:
 
 
 def test_unclaimed_hand_off_is_resent_after_the_lease_ttl_then_backs_off(
-        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+        own_store: SqlStore, travel: Callable[[float], datetime]) -> None:
     """A queued lap nobody claims is re-sent one lease TTL (10 s) after its
     send, then at doubling intervals capped at 60 s: not once per sweep."""
     rid = _uid("handoff")
-    store.create_run(_new(rid))
+    own_store.create_run(_new(rid))
     started = time.monotonic()
     resent_at: list[float] = []
     for second in range(1, 181):
         now = travel(1)
-        store.heartbeat("w1", [("a", "1")], now=now)
-        if rid in {d.run_id for d in store.sweep(now=now, handoff_seconds=10,
-                                                 resend_max_seconds=60)}:
+        own_store.heartbeat("w1", [("a", "1")], now=now)
+        if rid in {d.run_id for d in own_store.sweep(now=now, handoff_seconds=10,
+                                                     resend_max_seconds=60)}:
             # On the database's clock: Postgres' also moves by the test's own
             # run time (a few seconds on a loaded machine); SQLite's is ours.
-            real = time.monotonic() - started if store.engine.dialect.name == "postgresql" else 0
+            on_postgres = own_store.engine.dialect.name == "postgresql"
+            real = time.monotonic() - started if on_postgres else 0
             resent_at.append(second + real)
     # Each gap is the hand-off's age at the last re-send (doubling from the
     # 10 s lease TTL), capped at 60 s; a sweep sees an expiry up to one tick
@@ -306,20 +316,18 @@ def test_unclaimed_hand_off_is_resent_after_the_lease_ttl_then_backs_off(
 
 
 def test_sweeper_sends_nothing_to_a_version_no_live_worker_serves(
-        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+        own_store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid = _uid("unserved")
-    store.create_run(_new(rid))
-    store.heartbeat("w1", [("a", "2")], now=travel(0))
-    assert store.sweep(now=travel(120), handoff_seconds=10, resend_max_seconds=60) == []
-    store.heartbeat("w2", [("a", "1")], now=travel(0))
-    # The database is shared by this module's tests: earlier tests' runs of
-    # the same version may fall due at the same sweep, so look for this run.
-    sent = [d.run_id for d in store.sweep(now=travel(0), handoff_seconds=10,
-                                          resend_max_seconds=60)]
-    assert sent.count(rid) == 1, sent
+    own_store.create_run(_new(rid))
+    own_store.heartbeat("w1", [("a", "2")], now=travel(0))
+    assert own_store.sweep(now=travel(120), handoff_seconds=10, resend_max_seconds=60) == []
+    own_store.heartbeat("w2", [("a", "1")], now=travel(0))
+    sent = [d.run_id for d in own_store.sweep(now=travel(0), handoff_seconds=10,
+                                              resend_max_seconds=60)]
+    assert sent == [rid]
     # A worker silent for longer than its heartbeat TTL no longer counts.
     later = travel(600)
-    assert store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60) == []
+    assert own_store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60) == []
 
 
 # --- every other method of the protocol, on both dialects -----------------------
@@ -493,14 +501,13 @@ def test_prune_keeps_the_latest_checkpoint(store: SqlStore) -> None:
 
 
 def test_a_forgotten_worker_no_longer_serves_its_versions(
-        store: SqlStore, travel: Callable[[float], datetime]) -> None:
+        own_store: SqlStore, travel: Callable[[float], datetime]) -> None:
     rid, agent = _uid("r"), _uid("agent")
-    store.create_run(replace(_new(rid), agent_name=agent))
+    own_store.create_run(replace(_new(rid), agent_name=agent))
     later = travel(120)
-    store.heartbeat("w-gone", [(agent, "1")], now=later)
-    store.forget_worker("w-gone")
-    assert rid not in {d.run_id for d in store.sweep(now=later, handoff_seconds=10,
-                                                     resend_max_seconds=60)}
-    store.heartbeat("w-back", [(agent, "1")], now=later)
-    assert rid in {d.run_id for d in store.sweep(now=later, handoff_seconds=10,
-                                                 resend_max_seconds=60)}
+    own_store.heartbeat("w-gone", [(agent, "1")], now=later)
+    own_store.forget_worker("w-gone")
+    assert own_store.sweep(now=later, handoff_seconds=10, resend_max_seconds=60) == []
+    own_store.heartbeat("w-back", [(agent, "1")], now=later)
+    assert [d.run_id for d in own_store.sweep(now=later, handoff_seconds=10,
+                                              resend_max_seconds=60)] == [rid]

@@ -49,9 +49,14 @@ def _event_sql(rid: str) -> Any:
 
 
 def _blocks_someone(store: SqlStore, holder: Connection, what: str) -> None:
-    """Wait until some backend waits for ``holder``'s transaction."""
+    """Wait until some backend waits for ``holder``'s transaction.
+
+    Each poll is a transaction of its own: a transaction reads
+    ``pg_stat_activity`` once and keeps what it read, so a poller that began
+    before the waiter connected would never see it (the test timed out that
+    way on a loaded machine)."""
     pid = holder.execute(text("SELECT pg_backend_pid()")).scalar_one()
-    with store.engine.connect() as c:
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         wait_for(lambda: c.execute(text(
             "SELECT count(*) FROM pg_stat_activity WHERE :h = ANY(pg_blocking_pids(pid))"),
             {"h": pid}).scalar(), timeout=10, interval=0.01, what=what)

@@ -76,25 +76,25 @@ def test_a_run_between_laps_is_shown_queued_and_in_flight_running(store: SqlStor
     assert status_counts(store, tenant) == {"running": 1}
 
 
-def test_the_sweeper_recovers_a_dead_lap_and_resends_a_lost_hand_off(store: SqlStore) -> None:
+def test_the_sweeper_recovers_a_dead_lap_and_resends_a_lost_hand_off(own_store: SqlStore) -> None:
     """Both runs are stored ``running``; only the one with a lease is a dead
     worker's lap (recovered, counted); the other lost its message between
     laps and is re-sent without counting a recovery."""
-    store.heartbeat("sweep-test", [("hot", "1")], now=NOW)
-    dead, between = _start(store, "t"), _start(store, "t")
-    _claim(store, dead, 1, "gone", lease=-30)  # its worker died: the lease has lapsed
-    assert store.commit_lap(_commit_of(_claim(store, between, 1, "w1")))
-    assert _stored(store, between) == ("running", None)
-    due = {d.run_id: d.lap for d in store.sweep(now=NOW, handoff_seconds=-3600,
-                                                resend_max_seconds=60)}
-    assert due.get(dead) == 1 and due.get(between) == 2
-    recovered, resent = store.get_run(dead), store.get_run(between)
+    own_store.heartbeat("sweep-test", [("hot", "1")], now=NOW)
+    dead, between = _start(own_store, "t"), _start(own_store, "t")
+    _claim(own_store, dead, 1, "gone", lease=-30)  # its worker died: the lease has lapsed
+    assert own_store.commit_lap(_commit_of(_claim(own_store, between, 1, "w1")))
+    assert _stored(own_store, between) == ("running", None)
+    due = {d.run_id: d.lap for d in own_store.sweep(now=NOW, handoff_seconds=-3600,
+                                                    resend_max_seconds=60)}
+    assert due == {dead: 1, between: 2}
+    recovered, resent = own_store.get_run(dead), own_store.get_run(between)
     assert recovered is not None and resent is not None
     assert (recovered.status, recovered.recoveries, recovered.lease_owner) == ("queued", 1, None)
     assert (resent.status, resent.recoveries) == ("queued", 0)
     # Either is claimable again at its lap.
-    assert _claim(store, dead, 1, "w3").run.status == "running"
-    assert _claim(store, between, 2, "w4").run.status == "running"
+    assert _claim(own_store, dead, 1, "w3").run.status == "running"
+    assert _claim(own_store, between, 2, "w4").run.status == "running"
 
 
 def test_both_updates_of_a_lap_are_hot_on_postgres(database_url: str) -> None:
