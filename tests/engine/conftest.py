@@ -35,16 +35,28 @@ def bare_worker(dialect_url: str) -> Iterator[InProcessWorker]:
     w.rt.store.dispose()
 
 
+#: Passes ``swept`` makes at most: each sends at most 500 laps a kind.
+SWEEP_PASSES = 20
+
+
 def swept(w: InProcessWorker, ids: Container[str]) -> list[str]:
     """One sweep of ``w``; the runs among ``ids`` it sent a lap for, in order.
 
     The sweep is fleet-wide, and on Postgres the database is the whole test
     session's: a lap it sends for a run not in ``ids`` (another test's leftover)
-    is taken back off ``w``'s queue, neither run nor counted. It calls
+    is taken back off ``w``'s queue, neither run nor counted. A pass picks at
+    most 500 due laps of a kind, and the session's leftovers can outnumber
+    that, so passes repeat at the same instant until one sends nothing: what
+    one pass would send without the limit (a sent lap is marked sent, so no
+    pass at the same instant sends it again). It calls
     ``InProcessWorker.sweep`` itself, so a worker whose ``sweep`` is this
     filter (``OwnRunsWorker``) does not recurse."""
     before = len(w.queue.pending)
-    InProcessWorker.sweep(w)
+    for _ in range(SWEEP_PASSES):
+        if InProcessWorker.sweep(w) == 0:
+            break
+    else:
+        raise AssertionError(f"still sending laps after {SWEEP_PASSES} sweep passes")
     sent = [w.queue.pending.pop() for _ in range(len(w.queue.pending) - before)][::-1]
     mine = [lap for lap in sent if lap.run_id in ids]
     w.queue.pending.extend(mine)
