@@ -19,25 +19,23 @@ from tests.support import drop_database
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     """A fresh SQLite file, or this session's Postgres database (shared by the
     session's tests: look for your own rows, never for exactly yours)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-        upgrade(url)
-    else:
-        url = request.getfixturevalue("database_url")
-    s = SqlStore(url)
-    yield s
-    s.dispose()
+    yield from _store_on(request, tmp_path, "database_url")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def own_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
     """A fresh SQLite file, or a Postgres database of the test's own, for a
     verb that reads the whole database (the sweep: ``own_database_url``)."""
+    yield from _store_on(request, tmp_path, "own_database_url")
+
+
+def _store_on(request: pytest.FixtureRequest, tmp_path: Path,
+              postgres_url_fixture: str) -> Iterator[SqlStore]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'store.db'}"
         upgrade(url)
     else:
-        url = request.getfixturevalue("own_database_url")
+        url = request.getfixturevalue(postgres_url_fixture)
     s = SqlStore(url)
     yield s
     s.dispose()
