@@ -65,16 +65,16 @@ def _check(store: SqlStore) -> tuple[int, Any]:
     return int(pending), oldest
 
 
-def test_pending_count_follows_every_change_of_an_approvals_status(store: SqlStore) -> None:
+def test_pending_count_follows_every_change_of_an_approvals_status(own_store: SqlStore) -> None:
     tag = uuid.uuid4().hex[:6]
     now = datetime.now(UTC)
     rids = [f"apt-{tag}-{i}" for i in range(4)]
     for rid in rids:
-        store.create_run(new_run(rid, f"apt-{tag}", now=now))
-    start, _ = _check(store)
+        own_store.create_run(new_run(rid, f"apt-{tag}", now=now))
+    start, _ = _check(own_store)
     ids = [f"ap-{tag}-{i}" for i in range(4)]
     old = now - timedelta(days=400)  # the oldest pending of the database while it is
-    with store.engine.begin() as conn:
+    with own_store.engine.begin() as conn:
         insert_approvals(conn, [
             _approval(ids[0], rids[0], requested_at=old, timeout_at=now + timedelta(days=1)),
             _approval(ids[1], rids[1], requested_at=now, timeout_at=now + timedelta(days=1)),
@@ -82,31 +82,31 @@ def test_pending_count_follows_every_change_of_an_approvals_status(store: SqlSto
             _approval(ids[2], rids[2], requested_at=now, timeout_at=now - timedelta(days=1)),
             _approval(ids[3], rids[3], requested_at=now, timeout_at=now - timedelta(days=1),
                       on_timeout="escalate", escalate_to="boss")])
-    pending, oldest = _check(store)  # unfolded: counted from the deltas
+    pending, oldest = _check(own_store)  # unfolded: counted from the deltas
     assert pending == start + 4 and oldest == old
-    assert stats.refresh(store) >= 4
-    assert _check(store) == (pending, oldest)
-    store.decide_approval(ids[0], None, approved=True, by="alice", comment=None, now=now)
-    store.decide_approval(ids[1], None, approved=False, by="alice", comment=None, now=now)
-    pending, oldest = _check(store)
+    assert stats.refresh(own_store) >= 4
+    assert _check(own_store) == (pending, oldest)
+    own_store.decide_approval(ids[0], None, approved=True, by="alice", comment=None, now=now)
+    own_store.decide_approval(ids[1], None, approved=False, by="alice", comment=None, now=now)
+    pending, oldest = _check(own_store)
     assert pending == start + 2 and oldest != old
-    store.sweep(now=datetime.now(UTC), handoff_seconds=10, resend_max_seconds=60)
-    with store.engine.connect() as conn:
+    own_store.sweep(now=datetime.now(UTC), handoff_seconds=10, resend_max_seconds=60)
+    with own_store.engine.connect() as conn:
         mine = dict(conn.execute(select(approvals.c.id, approvals.c.status)
                                  .where(approvals.c.id.in_(ids))).all())
     assert mine == {ids[0]: "approved", ids[1]: "rejected", ids[2]: "timed_out",
                     ids[3]: "pending"}  # escalated: a new owner, the same status
-    _check(store)
-    stats.refresh(store)
-    with store.engine.begin() as conn:  # an approval deleted by hand leaves the count too
+    _check(own_store)
+    stats.refresh(own_store)
+    with own_store.engine.begin() as conn:  # an approval deleted by hand leaves the count too
         conn.execute(delete(approvals).where(approvals.c.id.in_([ids[1], ids[3]])))
-    _check(store)
-    stats.refresh(store)
-    with store.engine.connect() as conn:
+    _check(own_store)
+    stats.refresh(own_store)
+    with own_store.engine.connect() as conn:
         assert rollup.unfolded(conn, rollup.APPROVALS) == 0
-    _check(store)
-    snap = stats.snapshot(store, stale_before=now)
-    with store.engine.connect() as conn:
+    _check(own_store)
+    snap = stats.snapshot(own_store, stale_before=now)
+    with own_store.engine.connect() as conn:
         assert snap.pending_approvals == _by_status(conn).get("pending", 0)
 
 
