@@ -10,7 +10,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -55,29 +55,23 @@ def database_template(services: None) -> Iterator[str]:
     """The name of a migrated database with the test clock that nobody
     connects to: ``CREATE DATABASE ... TEMPLATE`` copies it in about 20 ms,
     against 200 ms to migrate a new one."""
-    from sqlalchemy import create_engine, text
-
     from store.migrate import upgrade
 
-    name = f"aw_tpl_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as c:
-            c.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as e:
-        unavailable(f"postgres not reachable at {PG_ADMIN}: {e}")
-    upgrade(_url_of(name))
-    _install_test_clock(_url_of(name))
-    yield name
-    drop_database(admin, name)
-    admin.dispose()
+    with ExitStack() as stack:
+        try:
+            url = stack.enter_context(new_database("aw_tpl"))
+        except Exception as e:
+            unavailable(f"postgres not reachable at {PG_ADMIN}: {e}")
+        upgrade(url)
+        _install_test_clock(url)
+        yield url.rsplit("/", 1)[1]
 
 
 @pytest.fixture(scope="session")
 def database_url(database_template: str) -> Iterator[str]:
     """The test session's database, shared by its tests: look for your own
     rows, never for exactly yours."""
-    with _copy_of(database_template, "aw_test") as url:
+    with new_database("aw_test", template=database_template) as url:
         yield url
 
 
@@ -87,24 +81,31 @@ def own_database_url(database_template: str) -> Iterator[str]:
     database: the sweep picks at most ``limit`` due runs a pass, so in the
     session's database the runs earlier tests left could crowd out the
     test's own (as a real backlog would, until a later pass)."""
-    with _copy_of(database_template, "aw_own") as url:
+    with new_database("aw_own", template=database_template) as url:
         yield url
 
 
 @contextmanager
-def _copy_of(template: str, prefix: str) -> Iterator[str]:
+def new_database(prefix: str, template: str | None = None) -> Iterator[str]:
+    """The URL of a new database named ``prefix_…`` on the test server, dropped
+    afterwards: empty, or a copy of ``template`` with the test clock first on
+    its search_path (a database's settings are not copied from its template)."""
     from sqlalchemy import create_engine, text
 
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-        # A database's settings are not copied from its template.
-        c.execute(text(f'ALTER DATABASE "{name}" SET search_path = {TEST_SEARCH_PATH}'))
     try:
-        yield _url_of(name)
+        with admin.connect() as c:
+            if template is None:
+                c.execute(text(f'CREATE DATABASE "{name}"'))
+            else:
+                c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+                c.execute(text(f'ALTER DATABASE "{name}" SET search_path = {TEST_SEARCH_PATH}'))
+        try:
+            yield _url_of(name)
+        finally:
+            drop_database(admin, name)
     finally:
-        drop_database(admin, name)
         admin.dispose()
 
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from store.migrate import upgrade
 from store.sql import SqlStore
-from tests.conftest import PG_ADMIN
-from tests.support import drop_database
+from tests.conftest import new_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -52,11 +49,7 @@ def pg_store(database_url: str) -> Iterator[SqlStore]:
 @pytest.fixture
 def empty_db(database_url: str) -> Iterator[str]:
     """The URL of a new, empty Postgres database (dropped afterwards), for
-    tests that migrate one from scratch."""
-    name = f"aw_mig_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    yield database_url.rsplit("/", 1)[0] + "/" + name
-    drop_database(admin, name)
-    admin.dispose()
+    tests that migrate one from scratch (after the session's database, so a
+    missing server skips them as it skips the rest)."""
+    with new_database("aw_mig") as url:
+        yield url
