@@ -37,6 +37,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def cpu_by_name(names: tuple[str, ...]) -> dict[int, tuple[str, float]]:
+    """Every running process whose name (``/proc/<pid>/comm``) is one of
+    ``names``: its name and CPU seconds so far, by pid. The difference of two
+    such readings (``cpu_since``) is what those processes spent in between."""
+    out: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if name in names:
+            out[int(entry.name)] = (name, cpu_seconds(int(entry.name)))
+    return out
+
+
+def cpu_since(before: Mapping[int, tuple[str, float]],
+              after: Mapping[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds by process name between two ``cpu_by_name`` readings: a
+    process that started in between counts whole; one that ended in between
+    is lost (its last seconds are not in ``after``), so a figure errs low."""
+    spent: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        earlier = before.get(pid)
+        base = earlier[1] if earlier is not None and earlier[0] == name else 0.0
+        spent[name] = spent.get(name, 0.0) + max(0.0, seconds - base)
+    return spent
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds every core of this machine has spent busy since boot
     (``/proc/stat``: user, nice, system, irq and softirq; idle, iowait and

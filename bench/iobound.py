@@ -12,8 +12,9 @@ at once and waits for all of them to finish, every lap committed once.
 * memory per in-flight lap = (peak RSS of the workers, main processes and pool
   children, while the runs move, minus their RSS when idle) / runs in flight.
 * the machine's CPU per lap, split into the workers, the loopback provider and
-  the rest (Postgres, Redis, this process, the kernel), and the ratio the
-  machine's cores could carry at that CPU per lap: what bounds the goal here.
+  the rest (Postgres, Redis, this process, the kernel), the rest's Postgres and
+  Redis processes told apart, and the ratio the machine's cores could carry
+  at that CPU per lap: what bounds the goal here.
 
 Prints the figures with the machine's load and writes ``bench/results/iobound.json``.
 """
@@ -34,7 +35,7 @@ from typing import Any
 from sqlalchemy import text
 
 from bench.common import RESULTS, Proc, log, wait_for
-from bench.fleets import BenchFleet, cpu_seconds, machine_busy_seconds
+from bench.fleets import BenchFleet, cpu_by_name, cpu_seconds, cpu_since, machine_busy_seconds
 from bench.io_agent import IO_AGENT_NAME
 from bench.workload import run_id
 
@@ -75,6 +76,10 @@ def _check(fleet: BenchFleet, prefix: str, runs: int, laps: int) -> None:
                            f"counted {count} checkpoints; e.g. {bad}")
 
 
+#: The services whose CPU ``measure`` tells apart from the rest, by process name.
+SERVICES = ("postgres", "redis-server")
+
+
 def _steady(samples: list[tuple[float, int]], total: int) -> float:
     """Laps per second between the samples where 10% and 90% of laps were in."""
     lo = next((s for s in samples if s[1] >= total * 0.1), samples[0])
@@ -94,6 +99,7 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
         fleet.aw.start_run(IO_AGENT_NAME, {"task": "work through the plan"}, run_id=rid)
     # From here on, not before: creating the runs is not the laps' CPU.
     cpu0, busy0, provider0 = fleet.cpu(), machine_busy_seconds(), cpu_seconds(provider)
+    services0 = cpu_by_name(SERVICES)
     t0 = time.monotonic()
     fleet.deferred.flush()
     peak, samples = rss_idle, [(0.0, 0)]
@@ -108,6 +114,7 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
         peak = max(peak, fleet.rss())
         time.sleep(0.2)
     cpu1, busy1, provider1 = fleet.cpu(), machine_busy_seconds(), cpu_seconds(provider)
+    services = cpu_since(services0, cpu_by_name(SERVICES))
     if os.environ.get("AGENT_WORKER_BENCH_DEBUG"):
         log(f"samples {[(round(t, 1), n) for t, n in samples]}")
     _check(fleet, prefix, runs, laps)
@@ -127,6 +134,10 @@ def measure(fleet: BenchFleet, runs: int, laps: int, latency: float, prefix: str
         "cpu_ms_per_lap_main": main_ms, "cpu_ms_per_lap_children": children_ms,
         "machine_cpu_ms_per_lap": machine_ms, "provider_cpu_ms_per_lap": provider_ms,
         "rest_cpu_ms_per_lap": machine_ms - main_ms - children_ms - provider_ms,
+        # Of the rest: the server's processes (every database's backends, the
+        # WAL writer, ...: the machine is shared) and Redis's.
+        "postgres_cpu_ms_per_lap": services.get("postgres", 0.0) * per_lap,
+        "redis_cpu_ms_per_lap": services.get("redis-server", 0.0) * per_lap,
         "machine_busy": (busy1 - busy0) / makespan / cores, "cores": cores,
         # The most this machine's cores could carry at this CPU per lap, as a share of ideal.
         "cpu_bound_ratio": cores * 1e3 / machine_ms / ideal if machine_ms else float("nan"),
@@ -238,7 +249,8 @@ def _print(r: dict[str, Any]) -> None:
     print(f"machine CPU per lap {r['machine_cpu_ms_per_lap']:.2f} ms (workers "
           f"{r['cpu_ms_per_lap_main'] + r['cpu_ms_per_lap_children']:.2f}, provider "
           f"{r['provider_cpu_ms_per_lap']:.2f}, Postgres, Redis and the rest "
-          f"{r['rest_cpu_ms_per_lap']:.2f}); {r['cores']} cores {100 * r['machine_busy']:.0f}% "
+          f"{r['rest_cpu_ms_per_lap']:.2f}: Postgres {r['postgres_cpu_ms_per_lap']:.2f}, Redis "
+          f"{r['redis_cpu_ms_per_lap']:.2f}); {r['cores']} cores {100 * r['machine_busy']:.0f}% "
           f"busy; at this CPU per lap they carry at most {r['cpu_bound_ratio']:.2f} of ideal")
 
 
