@@ -24,6 +24,7 @@ from bench.ours import Deferred
 from store.migrate import upgrade
 from store.sql import SqlStore
 from tasks.dispatch import CeleryDispatcher
+from tests.support import process_stats
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -38,20 +39,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 def cpu_by_name(names: tuple[str, ...]) -> dict[int, tuple[str, float]]:
-    """Every running process whose name (``/proc/<pid>/comm``) is one of
-    ``names``: its name and CPU seconds so far, by pid. The difference of two
-    such readings (``cpu_since``) is what those processes spent in between."""
-    out: dict[int, tuple[str, float]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            name = (entry / "comm").read_text().strip()
-        except OSError:
-            continue
-        if name in names:
-            out[int(entry.name)] = (name, cpu_seconds(int(entry.name)))
-    return out
+    """Every running process whose name is one of ``names``: its name and CPU
+    seconds so far, by pid. The difference of two such readings
+    (``cpu_since``) is what those processes spent in between."""
+    wanted = {name.encode(): name for name in names}
+    return {pid: (wanted[name], (int(fields[11]) + int(fields[12])) / _TICKS)
+            for pid, name, fields in process_stats() if name in wanted}
 
 
 def cpu_since(before: Mapping[int, tuple[str, float]],

@@ -222,9 +222,10 @@ class Proc:
         return self.children() or [self.pid]
 
 
-def _process_group(pgid: int) -> list[int]:
-    """The pids whose process group is ``pgid`` (``pgrep -g``)."""
-    members = []
+def process_stats() -> Iterator[tuple[int, bytes, list[bytes]]]:
+    """Each running process: its pid, its name and the fields of
+    ``/proc/<pid>/stat`` after the name (state, ppid, pgrp, ...; ``proc(5)``
+    numbers them from 3). One that is gone meanwhile is skipped."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -233,11 +234,14 @@ def _process_group(pgid: int) -> list[int]:
                 stat = f.read()
         except OSError:  # gone meanwhile
             continue
-        # Fields after the command name (which may hold spaces or parentheses):
-        # state, ppid, pgrp.
-        if int(stat.rsplit(b")", 1)[1].split()[2]) == pgid:
-            members.append(int(entry))
-    return members
+        # The name sits in parentheses and may itself hold spaces or parentheses.
+        head, _, rest = stat.rpartition(b")")
+        yield int(entry), head.partition(b"(")[2], rest.split()
+
+
+def _process_group(pgid: int) -> list[int]:
+    """The pids whose process group is ``pgid`` (``pgrep -g``)."""
+    return [pid for pid, _name, fields in process_stats() if int(fields[2]) == pgid]
 
 
 @contextlib.contextmanager
