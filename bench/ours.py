@@ -132,7 +132,10 @@ def run_inprocess(w: InProcessWorker, deferred: Deferred, rid: str, n: int, *,
     _with_plan(w.rt.store, rid)
     deferred.flush()
     t1 = time.perf_counter()
-    w.run_until_idle(max_laps=n) if laps_only else w.run_until_idle()
+    if laps_only:
+        w.run_until_idle(max_laps=n)
+    else:
+        w.run_until_idle()
     elapsed = started + time.perf_counter() - t1
     check_finished(w.rt.store, rid, n)
     return elapsed
