@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent_worker.agent import Registry, registry
 from agent_worker.clock import Clock, SystemClock
+from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.fairshare import gate
 from agent_worker.settings import Settings, get_settings
 from store.base import DueLap, Store
@@ -39,6 +40,9 @@ class Runtime:
     heartbeat: Stoppable | None = field(default=None, repr=False, compare=False)
     #: The fair-share limits table as this process last read it (``agent_worker.fairshare``).
     share_limits: LimitsCache | None = field(default=None, repr=False, compare=False)
+    #: How many of this process's laps work at once (``engine.active_laps``): a
+    #: ``threads`` worker's setting; no limit elsewhere.
+    active_laps: ActiveLaps = field(default_factory=ActiveLaps, repr=False, compare=False)
 
     def send_all(self, laps: list[DueLap], *, sweep: bool = False) -> int:
         """Send laps after their state is committed; a send that fails is left

@@ -93,6 +93,15 @@ class Settings(BaseSettings):
         "means Celery's default, the CPU count. With `threads`, about the runs in flight per "
         "process you want (e.g. 256).",
     )
+    worker_active_laps: int = Field(
+        4,
+        ge=0,
+        description="Laps of one worker process that do their own work at once (claim, "
+        "parsing, journal, commit, hand-off); the others wait for a place, and a lap gives "
+        "its place up while it waits on its model or tools. Matters only for a `threads` "
+        "worker, where a wave of model answers otherwise contends for the interpreter, "
+        "Postgres and Redis all at once; 0 means no limit.",
+    )
     worker_db_pool_size: int = Field(
         20,
         ge=1,

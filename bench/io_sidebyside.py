@@ -9,7 +9,9 @@ on ``PYTHONPATH``, so a burst of load hits both alike. A baseline tree is e.g.
 ``git archive main | tar -x -C /tmp/main``. The two runs cannot overlap
 (``bench.iobound`` uses one database name), hence turns, not parallel runs.
 
-Prints one row per run and the medians, with the load before each run.
+Prints one row per run and the medians, with the load before each run. Any
+other option (``--runs 400``, ``--latency 2``, ...) is passed on to every
+``bench.iobound`` run, of both trees.
 """
 
 from __future__ import annotations

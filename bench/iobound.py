@@ -34,6 +34,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from agent_worker.settings import Settings
 from bench.common import RESULTS, Proc, log, wait_for
 from bench.fleets import BenchFleet, cpu_by_name, cpu_seconds, cpu_since, machine_busy_seconds
 from bench.io_agent import IO_AGENT_NAME
@@ -160,6 +161,9 @@ class Fleet:
     #: 6.6 against 5.6 ms of machine CPU a lap here: BENCHMARKS.md, "Lap
     #: commits no longer queue behind NOTIFY").
     db_pool: int = 40
+    #: AGENT_WORKER_WORKER_ACTIVE_LAPS of each worker (``engine.active_laps``;
+    #: 0: no limit, as before it existed).
+    active_laps: int = Settings.model_fields["worker_active_laps"].default
 
     def per_worker(self) -> int:
         return self.concurrency or -(-self.runs * 11 // (10 * self.workers))
@@ -183,6 +187,7 @@ def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = 
         fleet = BenchFleet("iobound", {
             "AGENT_WORKER_WORKER_POOL": spec.pool,
             "AGENT_WORKER_WORKER_DB_POOL_SIZE": str(spec.db_pool),
+            "AGENT_WORKER_WORKER_ACTIVE_LAPS": str(spec.active_laps),
             "AGENT_WORKER_TASK_EVENTS": "true" if spec.events else "false",
             "AGENT_WORKER_BENCH_MODEL_URL": f"http://127.0.0.1:{port}/v1",
             "AGENT_WORKER_BENCH_MODEL_KEY": "loopback"}, logdir, agent_modules="bench.io_agent")
@@ -203,7 +208,7 @@ def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = 
             fleet.close()
         provider.stop()
     result.update(pool=spec.pool, workers=spec.workers, concurrency=concurrency,
-                  db_pool=spec.db_pool,
+                  db_pool=spec.db_pool, active_laps=spec.active_laps,
                   task_events=spec.events, agent=IO_AGENT_NAME,
                   load=[load_before, os.getloadavg()])
     return result
@@ -223,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", action="store_true", help="send Celery task events too")
     p.add_argument("--db-pool", type=int, default=Fleet.db_pool,
                    help="AGENT_WORKER_WORKER_DB_POOL_SIZE of each worker")
+    p.add_argument("--active-laps", type=int, default=Fleet.active_laps,
+                   help="AGENT_WORKER_WORKER_ACTIVE_LAPS of each worker (0: no limit)")
     args = p.parse_args(argv)
     logdir = RESULTS / "logs" / f"iobound-{time.strftime('%Y%m%dT%H%M%S')}"
     logdir.mkdir(parents=True, exist_ok=True)
     result = run_fleet(Fleet(args.runs, args.laps, args.latency, args.workers, args.pool,
-                             args.concurrency, args.events, args.db_pool), logdir)
+                             args.concurrency, args.events, args.db_pool, args.active_laps),
+                       logdir)
     _print(result)
     RESULTS.mkdir(parents=True, exist_ok=True)
     Path(RESULTS / "iobound.json").write_text(json.dumps(result, indent=2))
@@ -239,6 +247,7 @@ def _print(r: dict[str, Any]) -> None:
     print(f"{r['runs']} runs x {r['laps']} laps, model latency {r['latency_s']} s, "
           f"{r['workers']} workers ({r['pool']}, concurrency {r['concurrency']}, "
           f"{r['db_pool']} Postgres connections kept, "
+          f"{r['active_laps'] or 'any number of'} laps at work at once, "
           f"task events {'on' if r['task_events'] else 'off'})")
     print(f"lap rate {r['laps_per_s']:.1f}/s over {r['makespan_s']:.1f} s "
           f"(steady {r['steady_laps_per_s']:.1f}/s); ideal {r['ideal_laps_per_s']:.1f}/s; "

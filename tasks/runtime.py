@@ -9,6 +9,7 @@ from celery.concurrency.thread import TaskPool as ThreadsPool
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
 from agent_worker.clock import DatabaseClock
+from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
 from store.db import make_engine
@@ -50,7 +51,9 @@ class WorkerRuntime:
             store.lap_cache.max_runs = runs_to_keep(self.laps_at_once)
             # Workers on many hosts agree on time only through the database's clock.
             self._runtime = Runtime(store=store, dispatcher=CeleryDispatcher(), settings=s,
-                                    clock=DatabaseClock(store.current_time))
+                                    clock=DatabaseClock(store.current_time),
+                                    active_laps=ActiveLaps(
+                                        s.worker_active_laps if self.laps_at_once > 1 else 0))
         return self._runtime
 
     def forget(self) -> None:

@@ -18,6 +18,7 @@ import socket
 import time
 import traceback
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -67,7 +68,8 @@ def new_owner() -> str:
 def run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
     """Run lap ``lap`` of ``run_id`` if this delivery may; see module docstring.
     Every log record inside carries the lap's identity (``agent_worker.logs``)."""
-    with lap_context(run_id, lap), tracing.lap_trace(rt, run_id, lap) as trace:
+    with rt.active_laps.held(), lap_context(run_id, lap), \
+            tracing.lap_trace(rt, run_id, lap) as trace:
         outcome = _run_lap(rt, run_id, lap)
         trace.end(outcome)
         return outcome
@@ -98,7 +100,8 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
     with Heartbeat(rt, run_id, lap, owner) as hb:
         try:
             if run.ending is not None or run.cancel_requested_at is not None:
-                return _finish_ending(rt, agent, claim)
+                with rt.active_laps.waiting():  # compensations call tools
+                    return _finish_ending(rt, agent, claim)
             if run.lap_attempts > rt.settings.max_lap_attempts:
                 raise LapFailedError(
                     f"lap {lap} was attempted {run.lap_attempts - 1} times without committing "
@@ -339,16 +342,18 @@ class _Lap:
         # In the model's order, concurrently where allowed (engine.parallel),
         # each call in its own span (engine.parallel._timed).
         limit = agent.max_parallel_calls or self.rt.settings.max_parallel_calls
-        for i, (pc, outcome, took) in enumerate(parallel.outcomes(runner, calls, limit=limit,
-                                                                   check=self.hb.check)):
-            if isinstance(outcome, Pause):
-                pause, remaining = outcome, [outcome.call, *calls[i + 1:]]
-                break
-            results.append(outcome.message)
-            if outcome.signal_id is not None:
-                signals.append(outcome.signal_id)
-            self._mark("tool", name=pc.call.name, error=outcome.message.is_error,
-                       call_ms=took)
+        # Tools wait on the world: the lap's place goes to another lap meanwhile.
+        with self.rt.active_laps.waiting() if calls else nullcontext():
+            for i, (pc, outcome, took) in enumerate(parallel.outcomes(
+                    runner, calls, limit=limit, check=self.hb.check)):
+                if isinstance(outcome, Pause):
+                    pause, remaining = outcome, [outcome.call, *calls[i + 1:]]
+                    break
+                results.append(outcome.message)
+                if outcome.signal_id is not None:
+                    signals.append(outcome.signal_id)
+                self._mark("tool", name=pc.call.name, error=outcome.message.is_error,
+                           call_ms=took)
         if pause is not None and pause.waiting_for and pause.waiting_for.kind == "effect":
             return self._hold_for_effect(pause)
         edits: list[int] = []
@@ -434,8 +439,9 @@ class _Lap:
         # Admitted before journaling: a replay reads back exactly what this
         # attempt acts on (tool arguments, hence effect keys' argument hashes).
         with tracing.current().step("chat", **{"gen_ai.operation.name": "chat"}) as span:
-            response = admit.model_output(self.agent.client().complete(request),
-                                          self.rt.settings)
+            with self.rt.active_laps.waiting():
+                reply = self.agent.client().complete(request)
+            response = admit.model_output(reply, self.rt.settings)
             span.model_response(response)
         # No idempotency key here: it is the row's run and lap (model_key).
         meta = {"usage": response.usage.model_dump(), "model": response.model}
@@ -465,7 +471,9 @@ class _Lap:
                 "summary_of")]
         before = previous.content.split("\n", 1)[-1] if previous is not None else None
         self._mark("compaction", covered=[covered, end])
-        return summary_message(self.agent.summarize(before, older), end)
+        with self.rt.active_laps.waiting():
+            summary = self.agent.summarize(before, older)
+        return summary_message(summary, end)
 
     def _next_status(self, assistant: Message | None, calls: list[PendingCall],
                      pause: Pause | None) -> RunUpdate:

@@ -12,15 +12,13 @@ runtime is sized from its pool and concurrency, as Celery reports them on
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from celery.concurrency.thread import TaskPool as ThreadsPool
 
-from agent_worker.settings import get_settings
 from store.lapcache import DEFAULT_RUNS, Known, LapCache, runs_to_keep
 from tasks import runtime as worker_runtime
+from tests.unit.conftest import SizedWorker
 
 CREATED = datetime(2026, 12, 5, tzinfo=UTC)
 WINDOW = 40
@@ -68,17 +66,6 @@ def test_laps_per_process_follow_the_pool(pool: str | type, concurrency: object,
     assert worker_runtime.laps_per_process(pool, concurrency) == laps
 
 
-def test_a_threads_workers_runtime_sizes_its_cache(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AGENT_WORKER_DATABASE_URL", f"sqlite:///{tmp_path / 'w.db'}")
-    get_settings.cache_clear()
-    worker = worker_runtime.WorkerRuntime()
-    monkeypatch.setattr(worker_runtime, "_worker", worker)
-    try:
-        worker_runtime._size_for_the_pool(
-            sender=SimpleNamespace(pool_cls="threads", concurrency=275))
-        store = worker.get().store
-        assert store.lap_cache.max_runs == 550  # type: ignore[attr-defined]
-    finally:
-        worker.close()
-        get_settings.cache_clear()
+def test_a_threads_workers_runtime_sizes_its_cache(sized_worker: SizedWorker) -> None:
+    store = sized_worker("threads", 275).get().store
+    assert store.lap_cache.max_runs == 550  # type: ignore[attr-defined]
