@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, log, summary
+from bench.common import RESULTS, log, spread, summary
 from bench.iobound import Fleet, run_fleet
 
 #: Goal 3's bar: the share of the ideal lap rate a fleet must keep.
@@ -50,11 +50,6 @@ def capacity(ratios: Mapping[Point, Sequence[float]], target: float) -> dict[flo
     return out
 
 
-def _cell(values: Sequence[float], digits: int) -> str:
-    s = summary(values)
-    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
-
-
 #: The table's measured columns: a ``bench.iobound`` result field and its digits.
 COLUMNS = (("ratio", 2), ("steady_ratio", 2), ("machine_cpu_ms_per_lap", 2),
            ("machine_busy", 2), ("kb_per_inflight_lap", 0))
@@ -66,26 +61,34 @@ def table(results: Mapping[Point, Sequence[Mapping[str, Any]]]) -> list[str]:
             "machine CPU ms a lap | cores busy | KB per lap in flight |",
             "|---|---|---|---|---|---|---|---|"]
     for (runs, latency), rs in sorted(results.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        cells = [_cell([float(r[field]) for r in rs], digits) for field, digits in COLUMNS]
+        cells = [spread([float(r[field]) for r in rs], digits) for field, digits in COLUMNS]
         rows.append(f"| {runs} | {latency:g} s | {runs / latency:.0f} | " + " | ".join(cells)
                     + " |")
     return rows
 
 
-def _floats(text: str) -> list[float]:
+def counts(text: str) -> list[int]:
+    """``--runs``: comma-separated whole numbers."""
+    return [int(x) for x in text.split(",") if x]
+
+
+def seconds(text: str) -> list[float]:
+    """``--latencies``: comma-separated seconds."""
     return [float(x) for x in text.split(",") if x]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", default="200,300,400,500", help="runs in flight, comma-separated")
-    p.add_argument("--latencies", default="1,2", help="model latencies (s), comma-separated")
+    p.add_argument("--runs", type=counts, default=[200, 300, 400, 500],
+                   help="runs in flight, comma-separated")
+    p.add_argument("--latencies", type=seconds, default=[1.0, 2.0],
+                   help="model latencies (s), comma-separated")
     p.add_argument("--laps", type=int, default=Fleet.laps, help="laps per run")
     p.add_argument("--passes", type=int, default=2, help="times every point is measured")
     p.add_argument("--target", type=float, default=TARGET, help="share of the ideal lap rate")
     args = p.parse_args(argv)
-    points = [(int(r), lat) for lat in _floats(args.latencies) for r in _floats(args.runs)]
+    points = [(runs, lat) for lat in args.latencies for runs in args.runs]
     logdir = RESULTS / "logs" / f"capacity-{time.strftime('%Y%m%dT%H%M%S')}"
     logdir.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()

@@ -114,10 +114,11 @@ def summary(values: Iterable[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs)}
 
 
-def spread(values: Iterable[float]) -> str:
-    """``median (min-max)``, whole numbers: a table cell of repeated measurements."""
+def spread(values: Iterable[float], digits: int = 0) -> str:
+    """``median (min-max)`` to ``digits`` decimals: a table cell of repeated
+    measurements."""
     s = summary(values)
-    return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})"
+    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
 def repeat_ms(fn: Callable[[], object], times: int) -> dict[str, float]:
