@@ -71,7 +71,8 @@ def test_fan_out_of_50_survives_a_killed_worker(aw: AgentWorker, fleet: Fleet,
     # idempotent calls (README, "Limits"), so the journal may hold the line
     # twice. That a finished compensation is never called again is
     # tests/integration/test_effects.py's crash-point test.
-    reserved, undo = effect_key(held, 1, 0), compensation_key(effect_key(held, 1, 0))
+    reserved = effect_key(held, 1, 0)
+    undo = compensation_key(reserved)
     assert {e.key: e.status for e in aw.effects(held)} == {
         reserved: "compensated", undo: "applied"}
     releases = {line for line in _journal(journal) if line.startswith("release ")}
