@@ -27,9 +27,9 @@ from agent_worker.errors import (
 )
 from agent_worker.principal import Principal, default_principal
 from agent_worker.runtime import Runtime
+from agent_worker.store import audit, tenancy
+from agent_worker.store.base import AuditEntry, RunRecord
 from agent_worker.untrusted import check_name, clean_text
-from store import audit, tenancy
-from store.base import AuditEntry, RunRecord
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
+from importlib.metadata import entry_points
+from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -128,6 +130,15 @@ class Agent:
         return version == self.version or version in self.resumes
 
 
+AGENTS_ENTRY_POINT_GROUP = "agent_worker.agents"
+"""The entry point group an installed package lists its agent modules (or
+``Agent`` objects) in, for example in its pyproject.toml::
+
+    [project.entry-points."agent_worker.agents"]
+    billing = "billing.agents"
+"""
+
+
 class Registry:
     """Agents this process knows, by name and version."""
 
@@ -177,6 +188,26 @@ class Registry:
         for module in modules:
             if module.strip():
                 importlib.import_module(module.strip())
+
+    def load_agents(self, modules: Iterable[str]) -> None:
+        """Import ``modules`` (``AGENT_WORKER_AGENT_MODULES``), then what every
+        installed package names in the ``agent_worker.agents`` entry point
+        group, so that installing a package that defines agents is enough for
+        workers and clients to know them. An entry point may name a module
+        (importing it registers its agents) or an ``Agent``, registered here.
+
+        Raises:
+            AgentDefinitionError: an entry point names something else.
+        """
+        self.import_modules(modules)
+        for point in entry_points(group=AGENTS_ENTRY_POINT_GROUP):
+            loaded = point.load()
+            if isinstance(loaded, Agent):
+                self.register(loaded)
+            elif not isinstance(loaded, ModuleType):
+                raise AgentDefinitionError(
+                    f"entry point {point.name!r} ({point.value}) of group "
+                    f"{AGENTS_ENTRY_POINT_GROUP!r} names neither a module nor an Agent")
 
 
 def _version_key(version: str) -> tuple[int, ...] | tuple[str]:

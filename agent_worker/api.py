@@ -33,6 +33,7 @@ from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
 from agent_worker.clock import DatabaseClock
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.deprecation import ignored_by
 from agent_worker.engine import children
 from agent_worker.engine.newrun import admit_input, admitted_run, new_run
 from agent_worker.engine.newrun import json_size as _json_size
@@ -58,12 +59,7 @@ from agent_worker.steering import (
     state_edit,
     state_view,
 )
-from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent
-from agent_worker.streaming import stream as _stream
-from agent_worker.tracing import check_traceparent, current_traceparent
-from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
-from agent_worker.vocabulary import RETRYABLE, RUN_STATUSES, TERMINAL, RunStatus
-from store.base import (
+from agent_worker.store.base import (
     ApprovalRecord,
     AuditRecord,
     DueLap,
@@ -74,11 +70,16 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
-from store.edits import StateEdit
-from store.listing import RunFilter, RunPage
-from store.schedtypes import ScheduleRecord
-from store.sql import SqlStore
-from tasks.dispatch import CeleryDispatcher
+from agent_worker.store.edits import StateEdit
+from agent_worker.store.listing import RunFilter, RunPage
+from agent_worker.store.schedtypes import ScheduleRecord
+from agent_worker.store.sql import SqlStore
+from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent
+from agent_worker.streaming import stream as _stream
+from agent_worker.tasks.dispatch import CeleryDispatcher
+from agent_worker.tracing import check_traceparent, current_traceparent
+from agent_worker.untrusted import check_name, check_text, clean, clean_text, payload_bytes
+from agent_worker.vocabulary import RETRYABLE, RUN_STATUSES, TERMINAL, RunStatus
 
 
 def _storable(*values: str | None) -> bool:
@@ -344,7 +345,8 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
     # --- pauses and decisions -----------------------------------------------
 
     def approve(self, approval_or_run: str, *, comment: str | None = None,
-                arguments: Mapping[str, Any] | None = None) -> ApprovalRecord:
+                arguments: Mapping[str, Any] | None = None,
+                by: str | None = None) -> ApprovalRecord:
         """Approve the pending call (by approval id, or the run's only pending one).
 
         With ``arguments`` the call runs with these instead of the model's:
@@ -353,10 +355,14 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         arguments and who decided; the effect's key stays ``run:lap:call`` and
         its intent records the approved arguments, so a replay runs those.
 
+        ``by`` is deprecated and ignored (``DeprecationWarning``): the decision
+        is recorded as the handle's principal (``connect(principal)``).
+
         Raises:
             PermissionDeniedError: the principal is not a member of the
                 approval's owner (or escalation target) or has no approver role.
         """
+        ignored_by("approve", by)
         edit = None
         if arguments is not None:
             arguments = self._admit(arguments, "arguments")
@@ -370,8 +376,11 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         run = self.get_run(run_id)
         return run.agent_name, run.agent_version
 
-    def reject(self, approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
-        """Reject the pending call; the model is told who rejected it and why."""
+    def reject(self, approval_or_run: str, *, comment: str | None = None,
+               by: str | None = None) -> ApprovalRecord:
+        """Reject the pending call; the model is told who rejected it and why.
+        ``by`` is deprecated and ignored, as ``approve``'s."""
+        ignored_by("reject", by)
         return self._decide(approval_or_run, False, comment)
 
     @scoped
@@ -442,8 +451,10 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         return record
 
     @scoped
-    def cancel(self, run_id: str, *, reason: str) -> RunRecord:
-        """Stop the run at the next lap boundary and undo its compensatable effects."""
+    def cancel(self, run_id: str, *, reason: str, by: str | None = None) -> RunRecord:
+        """Stop the run at the next lap boundary and undo its compensatable effects.
+        ``by`` is deprecated and ignored: the handle's principal is recorded."""
+        ignored_by("cancel", by)
         run = self._visible(run_id)
         reason = check_text(reason, "reason", max_chars=self.rt.settings.max_cancel_reason_chars)
         by = self._principal()
@@ -703,7 +714,7 @@ def connect(principal: Principal | None = None, *,
 
 
 def _load_agents(modules: str) -> None:
-    registry.import_modules(modules.split(","))
+    registry.load_agents(modules.split(","))
 
 
 def start_run(agent: str | Agent, input: Any = None, *, run_id: str | None = None,
@@ -759,20 +770,22 @@ def list_runs(**filters: Any) -> list[RunRecord]:
 
 
 def approve(approval_or_run: str, *, comment: str | None = None,
-            arguments: Mapping[str, Any] | None = None) -> ApprovalRecord:
-    return client().approve(approval_or_run, comment=comment, arguments=arguments)
+            arguments: Mapping[str, Any] | None = None,
+            by: str | None = None) -> ApprovalRecord:
+    return client().approve(approval_or_run, comment=comment, arguments=arguments, by=by)
 
 
-def reject(approval_or_run: str, *, comment: str | None = None) -> ApprovalRecord:
-    return client().reject(approval_or_run, comment=comment)
+def reject(approval_or_run: str, *, comment: str | None = None,
+           by: str | None = None) -> ApprovalRecord:
+    return client().reject(approval_or_run, comment=comment, by=by)
 
 
 def send_signal(run_id: str, name: str, payload: Any = None) -> SignalRecord:
     return client().send_signal(run_id, name, payload)
 
 
-def cancel(run_id: str, *, reason: str) -> RunRecord:
-    return client().cancel(run_id, reason=reason)
+def cancel(run_id: str, *, reason: str, by: str | None = None) -> RunRecord:
+    return client().cancel(run_id, reason=reason, by=by)
 
 
 def retry(run_id: str) -> RunRecord:

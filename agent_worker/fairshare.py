@@ -27,11 +27,11 @@ from agent_worker.errors import ConfigurationError
 from agent_worker.messages import Usage
 from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
+from agent_worker.store.admitting import AgentShare, Policy
+from agent_worker.store.base import DueLap, RunRecord
+from agent_worker.store.ratelimit import Rate
+from agent_worker.store.sharing import ANY, ShareLimit, ShareStore
 from agent_worker.untrusted import check_name
-from store.admitting import AgentShare, Policy
-from store.base import DueLap, RunRecord
-from store.ratelimit import Rate
-from store.sharing import ANY, ShareLimit, ShareStore
 
 if TYPE_CHECKING:
     from agent_worker.agent import Agent

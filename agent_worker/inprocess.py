@@ -15,9 +15,9 @@ from agent_worker.clock import Clock, SystemClock
 from agent_worker.engine.lap import run_lap
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
-from store.base import DueLap
-from store.migrate import upgrade
-from store.sql import SqlStore
+from agent_worker.store.base import DueLap
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
 
 
 class LocalQueue:

@@ -38,10 +38,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from agent_worker.settings import Settings
 from agent_worker.sharemetrics import ShareCollector
+from agent_worker.store import stats
+from agent_worker.store.sharing import QueueLine
+from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import RUN_STATUSES
-from store import stats
-from store.sharing import QueueLine
-from store.sql import SqlStore
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from agent_worker.clock import Clock, SystemClock
 from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.fairshare import gate
 from agent_worker.settings import Settings, get_settings
-from store.base import DueLap, Store
+from agent_worker.store.base import DueLap, Store
 
 if TYPE_CHECKING:
     from agent_worker.fairshare import LimitsCache

@@ -18,10 +18,10 @@ from agent_worker.engine.schedules import fire, run_id_for
 from agent_worker.errors import InvalidScheduleError, UnknownScheduleError
 from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
+from agent_worker.store.base import RunRecord
+from agent_worker.store.schedtypes import ScheduleRecord
 from agent_worker.untrusted import check_name, clean_text
 from agent_worker.vocabulary import CATCH_UPS, OVERLAPS, CatchUp, Overlap
-from store.base import RunRecord
-from store.schedtypes import ScheduleRecord
 
 #: Longest schedule name: its run ids (``name@<fire time>``) stay within 200.
 MAX_SCHEDULE_NAME_CHARS = 100

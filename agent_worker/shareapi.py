@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from agent_worker.authorization import Action
 from agent_worker.errors import InvalidInputError, NotFoundError
 from agent_worker.fairshare import agent_shares, policy
+from agent_worker.store.sharing import ANY, ShareLimit, ShareStore
 from agent_worker.untrusted import check_name
-from store.sharing import ANY, ShareLimit, ShareStore
 
 if TYPE_CHECKING:
     from agent_worker.principal import Principal
     from agent_worker.runtime import Runtime
-    from store.base import RunRecord
+    from agent_worker.store.base import RunRecord
 
 #: Bounds of ``start_run(priority=...)``.
 PRIORITY_RANGE = (-1000, 1000)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from store.sharing import QueueLine
+from agent_worker.store.sharing import QueueLine
 
 _LABELS = ["tenant", "agent"]
 

@@ -19,10 +19,10 @@ from agent_worker.errors import InvalidInputError, UnknownRunError
 from agent_worker.messages import Frozen
 from agent_worker.runstate import StateDraft, edit_of
 from agent_worker.settings import Settings
+from agent_worker.store.base import ApprovalRecord
+from agent_worker.store.state import RunState
 from agent_worker.untrusted import check_name, clean_text
 from agent_worker.vocabulary import RunStatus
-from store.base import ApprovalRecord
-from store.state import RunState
 
 
 def check_labels(labels: Mapping[str, str] | None, settings: Settings) -> dict[str, str]:

@@ -46,10 +46,10 @@ from agent_worker.checkpoint import PendingCall
 from agent_worker.errors import ConfigurationError, InvalidInputError
 from agent_worker.messages import Message, ModelResponse
 from agent_worker.runtime import Runtime
+from agent_worker.store.base import RunRecord
+from agent_worker.store.sqlbase import SqlBase
+from agent_worker.store.tracectx import lap_retries, run_traceparent
 from agent_worker.tracing_export import span_processor
-from store.base import RunRecord
-from store.sqlbase import SqlBase
-from store.tracectx import lap_retries, run_traceparent
 
 log = logging.getLogger("agent_worker.tracing")
 

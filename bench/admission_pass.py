@@ -33,12 +33,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, insert, text
 
+from agent_worker.store import admitting
+from agent_worker.store.admitting import THROTTLED, AgentShare, Policy
+from agent_worker.store.db import make_engine
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.rows import runs
 from bench.common import create_database, drop_database, sa_url, summary
-from store import admitting
-from store.admitting import THROTTLED, AgentShare, Policy
-from store.db import make_engine
-from store.migrate import upgrade
-from store.rows import runs
 
 AGENT = "bench-pass"
 POLICY = Policy(agents={AGENT: AgentShare()}, fleet=10)

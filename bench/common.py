@@ -169,8 +169,9 @@ def total_row_bytes(per_table: Mapping[str, int]) -> int:
 
 def celery_worker(env: Mapping[str, str], concurrency: int, name: str, log: Path,
                   loglevel: str = "INFO") -> Proc:
-    """``celery -A tasks worker`` as deployed (prefork), in its own group."""
-    args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", loglevel,
+    """``celery -A agent_worker.tasks worker`` as deployed (prefork), in its own group."""
+    args = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "worker", "--loglevel",
+            loglevel,
             "--concurrency", str(concurrency), "--pool", "prefork", "--without-mingle",
             "--without-gossip", "-n", f"{name}-{os.getpid()}@%h"]
     return Proc(args, dict(env), log).start()
@@ -178,7 +179,8 @@ def celery_worker(env: Mapping[str, str], concurrency: int, name: str, log: Path
 
 def celery_beat(env: Mapping[str, str], log: Path) -> Proc:
     sched = log.with_suffix(".schedule")
-    args = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "WARNING",
+    args = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "beat",
+            "--loglevel", "WARNING",
             "-s", str(sched)]
     return Proc(args, dict(env), log).start()
 

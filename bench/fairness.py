@@ -88,7 +88,7 @@ class Sampler(threading.Thread):
         self.redis, self.redis_peak = redis.Redis.from_url(broker), 0
 
     def run(self) -> None:
-        from tasks.routing import lap_queue
+        from agent_worker.tasks.routing import lap_queue
 
         while not self.stop.is_set():
             lines = self.aw.queues()
@@ -107,7 +107,7 @@ def _batch(aw: Any, tenant: str, n: int, pause: float) -> list[str]:
     from agent_worker.checkpoint import Checkpoint, dump_checkpoint
     from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
     from agent_worker.messages import Message
-    from store.base import DueLap, NewRun
+    from agent_worker.store.base import DueLap, NewRun
 
     spec = aw.rt.registry.get("loop")
     body = json.dumps({"laps": 2, "pause": pause}, sort_keys=True)
@@ -134,7 +134,7 @@ def _window(aw: Any, start: datetime, end: datetime) -> dict[str, float]:
     from sqlalchemy import select
 
     from agent_worker.metrics import lap_seconds
-    from store.rows import events
+    from agent_worker.store.rows import events
 
     with aw.rt.store.engine.connect() as c:
         rows = c.execute(select(events.c.data).where(
@@ -153,8 +153,8 @@ def _whole_flood(aw: Any, loaded: list[str], timeout: float) -> dict[str, float]
     from sqlalchemy import func, or_, select
 
     from agent_worker.metrics import lap_seconds
+    from agent_worker.store.rows import events, runs
     from agent_worker.vocabulary import TERMINAL
-    from store.rows import events, runs
 
     engine = aw.rt.store.engine
 
@@ -188,10 +188,10 @@ def measure(flood: int, others: int, pause: float, fleet_cap: int, logdir: Path,
     from agent_worker.agent import registry
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
-    from store.migrate import upgrade
-    from store.sql import SqlStore
-    from tasks import app
-    from tasks.dispatch import CeleryDispatcher
+    from agent_worker.store.migrate import upgrade
+    from agent_worker.store.sql import SqlStore
+    from agent_worker.tasks import app
+    from agent_worker.tasks.dispatch import CeleryDispatcher
 
     name = f"aw_fair_{uuid.uuid4().hex[:8]}"
     url = sa_url(create_database(name))

@@ -49,7 +49,7 @@ def _services() -> Iterator[tuple[str, str]]:
     import redis
     from sqlalchemy import create_engine, text
 
-    from store.migrate import upgrade
+    from agent_worker.store.migrate import upgrade
 
     admin = create_engine(os.environ.get("AGENT_WORKER_TEST_PG", PG),
                           isolation_level="AUTOCOMMIT")
@@ -141,7 +141,7 @@ def main() -> None:
         import agent_worker.api as api
         import tests.child_agents  # noqa: F401  (registers fan and kid here)
         from agent_worker.settings import get_settings
-        from tasks import app
+        from agent_worker.tasks import app
 
         get_settings.cache_clear()
         app.conf.update(broker_url=broker)

@@ -19,11 +19,11 @@ from celery import Celery
 
 from agent_worker.api import AgentWorker
 from agent_worker.runtime import Runtime
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
+from agent_worker.tasks.dispatch import CeleryDispatcher
 from bench.common import ROOT, Proc, RedisDb, create_database, drop_database, sa_url, settings_from
 from bench.ours import Deferred
-from store.migrate import upgrade
-from store.sql import SqlStore
-from tasks.dispatch import CeleryDispatcher
 from tests.support import process_stats
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -87,8 +87,9 @@ def _upgrade(url: str, tree: Path) -> None:
     if tree.resolve() == ROOT.resolve():
         upgrade(url)
         return
-    subprocess.run([sys.executable, "-c", "import sys; from store.migrate import upgrade; "
-                    "upgrade(sys.argv[1])", url], cwd=tree, check=True,
+    subprocess.run([sys.executable, "-c", "import sys; "
+                    "from agent_worker.store.migrate import upgrade; upgrade(sys.argv[1])", url],
+                   cwd=tree, check=True,
                    env={**os.environ, "PYTHONPATH": str(tree)})
 
 
@@ -117,11 +118,11 @@ class BenchFleet:
         self.workers: list[Proc] = []
 
     def worker(self, concurrency: int, **env: str) -> Proc:
-        """Start ``celery -A tasks worker``; the pool comes from the fleet's env
+        """Start ``celery -A agent_worker.tasks worker``; the pool comes from the fleet's env
         (``AGENT_WORKER_WORKER_POOL``), as in a deployment. Workers log at
         WARNING (``$BENCH_LOGLEVEL`` to compare: INFO writes two lines a lap)."""
         n = len(self.workers)
-        args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel",
+        args = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "worker", "--loglevel",
                 os.environ.get("BENCH_LOGLEVEL", "WARNING"), "--concurrency", str(concurrency),
                 "--without-mingle", "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
         proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log",

@@ -1,7 +1,7 @@
 """IO-bound concurrency (issue 21 goal 3): ``python -m bench.iobound``.
 
 Starts a loopback provider answering every model call after ``--latency``
-seconds (``bench.io_provider``), ``--workers`` real ``celery -A tasks worker``
+seconds (``bench.io_provider``), ``--workers`` real ``celery -A agent_worker.tasks worker``
 processes of the chosen pool, then enqueues ``--runs`` runs of ``--laps`` laps
 at once and waits for all of them to finish, every lap committed once.
 

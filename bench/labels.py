@@ -36,10 +36,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, text
 
+from agent_worker.store.db import make_engine
+from agent_worker.store.listing import RunFilter, _query, decode_cursor, search_runs
+from agent_worker.store.migrate import upgrade
 from bench.common import drop_database
-from store.db import make_engine
-from store.listing import RunFilter, _query, decode_cursor, search_runs
-from store.migrate import upgrade
 
 ADMIN_URL = "postgresql+psycopg://agent_worker@127.0.0.1:54329/agent_worker"
 

@@ -34,13 +34,13 @@ from typing import Any, cast
 from sqlalchemy import Connection, Engine, Select, bindparam, select, text, tuple_
 from sqlalchemy.dialects.postgresql import JSONB
 
+from agent_worker.store.db import make_engine
+from agent_worker.store.listing import RunFilter, _query, encode_cursor
+from agent_worker.store.rows import runs, to_run
+from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import RunStatus
 from bench.labels import _driver
 from bench.plans import statements
-from store.db import make_engine
-from store.listing import RunFilter, _query, encode_cursor
-from store.rows import runs, to_run
-from store.sql import SqlStore
 
 BASE_URL = "postgresql+psycopg://agent_worker@127.0.0.1:54329/"
 TENANT = "tenant-40"  # bench.scale's tenant: holds queue=vip runs

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from store.base import DueLap
+from agent_worker.store.base import DueLap
 from tests.support import Fleet, Proc, wait_for
 
 Sample = dict[str, Any]
@@ -98,7 +98,7 @@ class _Drop:
 def claim_outage(b: Bench, kills: int) -> list[Sample]:
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
-    from tasks.dispatch import CeleryDispatcher
+    from agent_worker.tasks.dispatch import CeleryDispatcher
 
     silent = AgentWorker(Runtime(store=b.store, dispatcher=_Drop(), settings=b.aw.rt.settings))
     samples = []

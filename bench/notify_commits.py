@@ -28,11 +28,11 @@ from pathlib import Path
 from alembic import command
 
 from agent_worker.messages import Message
+from agent_worker.store.base import NewRun
+from agent_worker.store.migrate import alembic_config, upgrade
+from agent_worker.store.sql import SqlStore
+from agent_worker.store.tenancy import SETTING, SYSTEM
 from bench.common import create_database, drop_database, log, sa_url, spread
-from store.base import NewRun
-from store.migrate import alembic_config, upgrade
-from store.sql import SqlStore
-from store.tenancy import SETTING, SYSTEM
 
 DB = "bench_notify_commits"
 VARIANTS = {"every event notifies (0022)": "0022_lap_columns_last",

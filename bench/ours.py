@@ -25,6 +25,10 @@ from agent_worker.checkpoint import load_checkpoint
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
+from agent_worker.store.base import DueLap, RunRecord
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.rows import checkpoints, runs
+from agent_worker.store.sql import SqlStore
 from bench.agents import BENCH_AGENT
 from bench.common import (
     Proc,
@@ -37,10 +41,6 @@ from bench.common import (
     wait_for,
 )
 from bench.workload import AGENT_NAME, plan, run_id
-from store.base import DueLap, RunRecord
-from store.migrate import upgrade
-from store.rows import checkpoints, runs
-from store.sql import SqlStore
 
 OWNERS = {"runs": "id", "checkpoints": "run_id", "messages": "run_id", "effects": "run_id",
           "events": "run_id", "approvals": "run_id", "signals": "run_id"}
@@ -226,8 +226,8 @@ def celery_client(url: str, broker: str) -> tuple[AgentWorker, Deferred]:
     os.environ.update(AGENT_WORKER_DATABASE_URL=sa_url(url), AGENT_WORKER_BROKER_URL=broker,
                       AGENT_WORKER_AGENT_MODULES="bench.agents")
     get_settings.cache_clear()
-    from tasks import app
-    from tasks.dispatch import CeleryDispatcher
+    from agent_worker.tasks import app
+    from agent_worker.tasks.dispatch import CeleryDispatcher
 
     app.conf.update(broker_url=broker)
     deferred = Deferred(CeleryDispatcher())

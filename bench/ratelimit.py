@@ -99,11 +99,11 @@ def measure(minutes: float, limit: int, logdir: Path) -> dict[str, Any]:
     from agent_worker.agent import registry
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
+    from agent_worker.store.migrate import upgrade
+    from agent_worker.store.sql import SqlStore
+    from agent_worker.tasks import app
+    from agent_worker.tasks.dispatch import CeleryDispatcher
     from bench import rated_agent
-    from store.migrate import upgrade
-    from store.sql import SqlStore
-    from tasks import app
-    from tasks.dispatch import CeleryDispatcher
     from tests.fakes.fake_server import FakeLLMServer
 
     name = f"aw_rate_{uuid.uuid4().hex[:8]}"

@@ -58,7 +58,7 @@ def _shared_services() -> Iterator[tuple[str, str, Any, Any]]:
     import redis
     from sqlalchemy import create_engine, text
 
-    from store.migrate import upgrade
+    from agent_worker.store.migrate import upgrade
 
     subprocess.run([str(ROOT / "deploy/local/services.sh"), "start"], check=True,
                    capture_output=True)
@@ -173,9 +173,9 @@ def measure(database_url: str, broker_url: str, *, scenario: str, kills: int,
     """Run ``kills`` faults of ``scenario`` on a fresh fleet; returns the figures."""
     from agent_worker.api import AgentWorker
     from agent_worker.runtime import Runtime
-    from store.sql import SqlStore
-    from tasks import app
-    from tasks.dispatch import CeleryDispatcher
+    from agent_worker.store.sql import SqlStore
+    from agent_worker.tasks import app
+    from agent_worker.tasks.dispatch import CeleryDispatcher
 
     # Every recovery knob keeps its default unless the caller exported it
     # (``AGENT_WORKER_LEASE_TTL_SECONDS=5 python -m bench.recovery``).

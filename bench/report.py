@@ -95,8 +95,8 @@ def _overhead(r: dict[str, Any]) -> list[str]:
     lines = ["### Framework overhead per lap (ms)", "",
              "Wall time of a whole run divided by its laps; model and tool are instant, so "
              "this is claim, load, journal, commit and hand-off. In-process: "
-             "`InProcessWorker` on Postgres. Celery: one `celery -A tasks worker` process "
-             "(prefork, concurrency 1), one run at a time, from the first send to the "
+             "`InProcessWorker` on Postgres. Celery: one `celery -A agent_worker.tasks worker` "
+             "process (prefork, concurrency 1), one run at a time, from the first send to the "
              f"run's `finished_at`. DBOS: a workflow of N steps. {when(r, 'overhead')}", "",
              "| N | " + " | ".join(label for _, label in SYSTEMS)
              + " | ours/LG in-process | ours/LG Celery | ours/LG delta | ours/floor |",

@@ -20,9 +20,9 @@ from typing import Any
 
 import psycopg
 
+from agent_worker.store.migrate import upgrade
 from bench.common import System, create_database, drop_database, interleaved_runs, libpq_url
 from bench.ours import InProcess
-from store.migrate import upgrade
 
 TRIGGERS = ("run_totals_insert", "run_totals_update", "run_totals_delete")
 

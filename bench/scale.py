@@ -45,6 +45,9 @@ from sqlalchemy import text
 
 from agent_worker.metrics import StoreCollector, registry_for
 from agent_worker.settings import get_settings
+from agent_worker.store.listing import RunFilter, search_runs
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
 from bench import plans
 from bench.common import (
     PG_ADMIN,
@@ -59,9 +62,6 @@ from bench.common import (
 )
 from bench.ours import InProcess
 from bench.seed import AGENTS
-from store.listing import RunFilter, search_runs
-from store.migrate import upgrade
-from store.sql import SqlStore
 
 GOALS_MS = {"sweep": 50.0, "metrics": 200.0, "listing": 50.0}
 LAP_RATIO = 1.10

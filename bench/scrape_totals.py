@@ -24,10 +24,10 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, text
 
+from agent_worker.store import rollup, stats
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 from bench.common import PG_ADMIN, sa_url
-from store import rollup, stats
-from store.rows import runs
-from store.sql import SqlStore
 
 
 def full(conn: Connection) -> dict[tuple[str, str], tuple[int, ...]]:

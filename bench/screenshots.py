@@ -25,8 +25,8 @@ from agent_worker.api import AgentWorker
 from agent_worker.demo import goodwill, refund_desk
 from agent_worker.demo.vendor import start_vendor
 from agent_worker.principal import Principal
+from agent_worker.store.migrate import upgrade
 from bench.common import ROOT, RedisDb, create_database, drop_database, sa_url
-from store.migrate import upgrade
 from tests.browser.chromium import launch
 from tests.browser.server import ConsoleServer, User
 from tests.support import Fleet, client_on, run_reaching, worker_environ

@@ -46,10 +46,10 @@ from typing import Any
 
 import psycopg
 
+from agent_worker.store.migrate import upgrade
 from agent_worker.vocabulary import WaitingFor
 from bench.common import create_database, libpq_url, log, sa_url
 from bench.seedtotals import SEEDED, Totals
-from store.migrate import upgrade
 
 TENANTS, AGENTS, CUSTOMERS, REGIONS = 100, 5, 10_000, 7
 FILLED = ("runs", "run_labels", "checkpoints", "messages", "events", "effects", "approvals")

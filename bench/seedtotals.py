@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from store.rollup import APPROVALS, RUNS, Rollup
+from agent_worker.store.rollup import APPROVALS, RUNS, Rollup
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def main() -> None:
 
     name = f"aw_bench_stream_{uuid.uuid4().hex[:6]}"
     url = sa_url(create_database(name))
-    from store.migrate import upgrade
+    from agent_worker.store.migrate import upgrade
 
     upgrade(url)
     workers = []
@@ -56,7 +56,7 @@ def main() -> None:
             os.environ.update({k: v for k, v in env.items() if k.startswith("AGENT_WORKER_")})
             import agent_worker.api as api
             from agent_worker.settings import get_settings
-            from tasks import app
+            from agent_worker.tasks import app
 
             get_settings.cache_clear()
             app.conf.update(broker_url=redis_db.url)

@@ -25,8 +25,8 @@ from typing import Any
 
 import psycopg
 
+from agent_worker.store.migrate import current, upgrade
 from bench.common import create_database, drop_database, libpq_url, sa_url
-from store.migrate import current, upgrade
 
 
 def _table_bytes(url: str) -> dict[str, Any]:

@@ -1,6 +1,13 @@
 """Persistence for agent-worker: the Store protocol and its SQL implementation."""
 
-from store.base import (
+if __name__ == "store":  # this folder, imported from a checkout by its old name
+    raise ImportError(
+        "agent-worker's store moved to `agent_worker.store` (so that an application's "
+        "own store.py cannot clash with it): import agent_worker.store")
+
+
+
+from agent_worker.store.base import (
     ApprovalRecord,
     Claim,
     EffectIntent,
@@ -12,7 +19,7 @@ from store.base import (
     Store,
     StoredMessage,
 )
-from store.sql import SqlStore
+from agent_worker.store.sql import SqlStore
 
 __all__ = [
     "ApprovalRecord",

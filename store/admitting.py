@@ -47,12 +47,12 @@ from sqlalchemy import (
     update,
 )
 
-from store import ratelimit
-from store.base import DueLap
-from store.dbtime import db_time
-from store.models import ProviderPauseRow
-from store.rows import runs
-from store.runstatus import in_flight, waiting_turn
+from agent_worker.store import ratelimit
+from agent_worker.store.base import DueLap
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.models import ProviderPauseRow
+from agent_worker.store.rows import runs
+from agent_worker.store.runstatus import in_flight, waiting_turn
 
 provider_pauses: Table = ProviderPauseRow.__table__  # type: ignore[assignment]
 

@@ -20,9 +20,9 @@ from typing import cast
 
 from sqlalchemy import Connection, Row, Table, delete, insert, select, text
 
-from store.base import AuditEntry, AuditRecord
-from store.dbtime import db_time
-from store.models import AuditRow
+from agent_worker.store.base import AuditEntry, AuditRecord
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.models import AuditRow
 
 audit_log = cast(Table, AuditRow.__table__)
 

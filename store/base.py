@@ -14,17 +14,17 @@ from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from agent_worker.messages import Message, token_estimate
+from agent_worker.store.auditbase import AuditEntry as AuditEntry
+from agent_worker.store.auditbase import AuditRecord as AuditRecord
+from agent_worker.store.auditbase import AuditStore
+from agent_worker.store.childbase import ChildStore
+from agent_worker.store.edits import StateEdit
+from agent_worker.store.schedtypes import ScheduleStore
 from agent_worker.vocabulary import RUNNABLE as RUNNABLE
 from agent_worker.vocabulary import TERMINAL as TERMINAL
 from agent_worker.vocabulary import EffectStatus as EffectStatus
 from agent_worker.vocabulary import RunStatus as RunStatus
 from agent_worker.vocabulary import WaitingFor
-from store.auditbase import AuditEntry as AuditEntry
-from store.auditbase import AuditRecord as AuditRecord
-from store.auditbase import AuditStore
-from store.childbase import ChildStore
-from store.edits import StateEdit
-from store.schedtypes import ScheduleStore
 
 
 @dataclass(frozen=True)

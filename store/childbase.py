@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from store.base import DueLap, NewRun, RunRecord
+    from agent_worker.store.base import DueLap, NewRun, RunRecord
 
 
 @dataclass(frozen=True)

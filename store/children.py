@@ -24,12 +24,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, exists, func, insert, select, update
 
 from agent_worker.errors import InvalidStateError
-from agent_worker.vocabulary import TERMINAL, WaitingFor
-from store import pauses
-from store.base import DueLap, NewRun, RunRecord
-from store.childbase import ChildLink
-from store.dbtime import db_time
-from store.rows import (
+from agent_worker.store import pauses
+from agent_worker.store.base import DueLap, NewRun, RunRecord
+from agent_worker.store.childbase import ChildLink
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.rows import (
     checkpoints,
     child_runs,
     events,
@@ -39,7 +38,8 @@ from store.rows import (
     runs,
     to_run,
 )
-from store.runstatus import shown
+from agent_worker.store.runstatus import shown
+from agent_worker.vocabulary import TERMINAL, WaitingFor
 
 
 def link_of(conn: Connection, run_id: str) -> ChildLink | None:

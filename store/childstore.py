@@ -9,11 +9,11 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from agent_worker.errors import ChildLimitError, InvalidStateError
-from store import children
-from store.base import DueLap, NewRun, RunRecord
-from store.childbase import ChildLink
-from store.rows import fence, require_run
-from store.sqlbase import SqlBase
+from agent_worker.store import children
+from agent_worker.store.base import DueLap, NewRun, RunRecord
+from agent_worker.store.childbase import ChildLink
+from agent_worker.store.rows import fence, require_run
+from agent_worker.store.sqlbase import SqlBase
 
 
 class SqlChildStore(SqlBase):

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
-from store import tenancy
+from agent_worker.store import tenancy
 
 #: JSON columns stored without the spaces ``json.dumps`` puts after ``,`` and
 #: ``:`` by default: a lap writes its messages, checkpoint and event as JSON on

@@ -23,7 +23,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from store.models import UTCDateTime
+from agent_worker.store.models import UTCDateTime
 
 
 class db_now(FunctionElement[datetime]):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, func, select
 
 from agent_worker.errors import ReplayRefusedError
-from store.rows import checkpoints, effects, messages
+from agent_worker.store.rows import checkpoints, effects, messages
 
 
 def _pruned(conn: Connection, run_id: str) -> bool:

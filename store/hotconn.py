@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Executable
 
-from store import hotsql
+from agent_worker.store import hotsql
 
 
 class HotConnection:

@@ -40,8 +40,8 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from store import tenancy
-from store.pgtypes import Converter, bind_converter, result_converter
+from agent_worker.store import tenancy
+from agent_worker.store.pgtypes import Converter, bind_converter, result_converter
 
 
 def applies(engine: Engine) -> bool:

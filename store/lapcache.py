@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from agent_worker.messages import Message
-from store.base import StoredMessage
+from agent_worker.store.base import StoredMessage
 
 #: Runs remembered per store object (at least: ``runs_to_keep``). An entry
 #: holds a checkpoint and a window (40 messages by default), tens of KB for

@@ -41,13 +41,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import sqlite
 
+from agent_worker.store.base import LapCommit
+from agent_worker.store.dbtime import db_now
+from agent_worker.store.hotconn import HotConnection
+from agent_worker.store.models import UTCDateTime
+from agent_worker.store.rows import checkpoints, events, message_body, messages, runs
+from agent_worker.store.runstatus import stored
 from agent_worker.vocabulary import TERMINAL, wait_text
-from store.base import LapCommit
-from store.dbtime import db_now
-from store.hotconn import HotConnection
-from store.models import UTCDateTime
-from store.rows import checkpoints, events, message_body, messages, runs
-from store.runstatus import stored
 
 _lap = bindparam("lap", type_=Integer())
 _now = bindparam("now", type_=UTCDateTime())

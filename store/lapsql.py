@@ -14,8 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
 from agent_worker.messages import Message
-from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
-from store import (
+from agent_worker.store import (
     audit,
     children,
     lapcommit,
@@ -26,8 +25,8 @@ from store import (
     sweeping,
     wakeups,
 )
-from store import state as _state
-from store.base import (
+from agent_worker.store import state as _state
+from agent_worker.store.base import (
     ApprovalRecord,
     Claim,
     DueLap,
@@ -39,11 +38,11 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
-from store.dbtime import db_time
-from store.edits import StateEdit
-from store.hotconn import HotConnection
-from store.lapcache import Known, LapCache
-from store.rows import (
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.edits import StateEdit
+from agent_worker.store.hotconn import HotConnection
+from agent_worker.store.lapcache import Known, LapCache
+from agent_worker.store.rows import (
     effects,
     fence,
     message_body,
@@ -58,7 +57,8 @@ from store.rows import (
     to_message,
     to_run,
 )
-from store.sqlbase import SqlBase
+from agent_worker.store.sqlbase import SqlBase
+from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
 
 
 class SqlLapStore(SqlBase):

@@ -21,9 +21,9 @@ from typing import Literal
 
 from sqlalchemy import Connection, tuple_, update
 
-from store.dbtime import db_time
-from store.rows import runs
-from store.sqlbase import SqlBase
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.rows import runs
+from agent_worker.store.sqlbase import SqlBase
 
 LeaseState = Literal["ok", "lost", "cancelled"]
 

@@ -30,11 +30,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Select, bindparam, exists, select, tuple_
 
 from agent_worker.errors import InvalidInputError
+from agent_worker.store.base import RunRecord
+from agent_worker.store.labelrows import run_labels
+from agent_worker.store.rows import runs, to_run
+from agent_worker.store.runstatus import status_is
 from agent_worker.vocabulary import RunStatus
-from store.base import RunRecord
-from store.labelrows import run_labels
-from store.rows import runs, to_run
-from store.runstatus import status_is
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
-from store.db import make_engine
+from agent_worker.store.db import make_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_ID = 0x61677774  # "agwt"

@@ -406,6 +406,6 @@ class RateChargeRow(Base):
 
 # Registers the label rows', the scrape's and the stream followers' tables
 # (this module is at its size limit).
-import store.followers  # noqa: E402
-import store.labelrows  # noqa: E402
-import store.rollupmodels  # noqa: E402,F401
+import agent_worker.store.followers  # noqa: E402
+import agent_worker.store.labelrows  # noqa: E402
+import agent_worker.store.rollupmodels  # noqa: E402,F401

@@ -18,11 +18,10 @@ from agent_worker.errors import (
     InvalidStateError,
     NotFoundError,
 )
-from agent_worker.vocabulary import TERMINAL, RunStatus, WaitingFor
-from store import history
-from store.base import ApprovalRecord, DueLap, EffectRecord, SignalRecord
-from store.dbtime import db_time, read_now
-from store.rows import (
+from agent_worker.store import history
+from agent_worker.store.base import ApprovalRecord, DueLap, EffectRecord, SignalRecord
+from agent_worker.store.dbtime import db_time, read_now
+from agent_worker.store.rows import (
     approvals,
     effects,
     record_event_tx,
@@ -33,6 +32,7 @@ from store.rows import (
     to_effect,
     to_signal,
 )
+from agent_worker.vocabulary import TERMINAL, RunStatus, WaitingFor
 
 
 def insert_approvals(conn: Connection, new: Sequence[ApprovalRecord]) -> None:

@@ -25,8 +25,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import elements
 from sqlalchemy.types import TypeEngine
 
-from store.db import compact_json
-from store.models import UTCDateTime
+from agent_worker.store.db import compact_json
+from agent_worker.store.models import UTCDateTime
 
 #: One value in, the value psycopg is given (or the caller gets) out.
 Converter = Callable[[Any], Any]

@@ -47,8 +47,8 @@ from typing import Any
 from sqlalchemy import Connection, Row, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from store.dbtime import db_time
-from store.models import RateChargeRow
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.models import RateChargeRow
 
 rate_charges: Table = RateChargeRow.__table__  # type: ignore[assignment]
 

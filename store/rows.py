@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, Table, and_, insert, select, update
 
 from agent_worker.errors import LeaseLost, UnknownRunError
 from agent_worker.messages import Message
-from store.base import (
+from agent_worker.store.base import (
     ApprovalRecord,
     EffectRecord,
     EventRecord,
@@ -18,7 +18,7 @@ from store.base import (
     SignalRecord,
     StoredMessage,
 )
-from store.models import (
+from agent_worker.store.models import (
     ApprovalRow,
     CheckpointRow,
     ChildRunRow,
@@ -29,7 +29,7 @@ from store.models import (
     ServedVersionRow,
     SignalRow,
 )
-from store.runstatus import shown
+from agent_worker.store.runstatus import shown
 
 runs = cast(Table, Run.__table__)
 checkpoints = cast(Table, CheckpointRow.__table__)

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, insert, select
 
-from store.base import NewRun, RunRecord
-from store.dbtime import db_time
-from store.rows import checkpoints, message_body, messages, record_event_tx, runs, to_run
+from agent_worker.store.base import NewRun, RunRecord
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.rows import (
+    checkpoints,
+    message_body,
+    messages,
+    record_event_tx,
+    runs,
+    to_run,
+)
 
 
 def create_run_tx(conn: Connection, new: NewRun) -> tuple[RunRecord, bool]:

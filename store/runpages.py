@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Select, Table, func, select
 
-from store.base import EffectRecord, EventRecord, StoredMessage
-from store.retry import with_retry
-from store.rows import effects, events, messages, runs, to_effect, to_event, to_message
-from store.runstatus import shown_column
-from store.sql import SqlStore
+from agent_worker.store.base import EffectRecord, EventRecord, StoredMessage
+from agent_worker.store.retry import with_retry
+from agent_worker.store.rows import effects, events, messages, runs, to_effect, to_event, to_message
+from agent_worker.store.runstatus import shown_column
+from agent_worker.store.sql import SqlStore
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent_worker.vocabulary import CatchUp, Overlap
 
 if TYPE_CHECKING:
-    from store.base import DueLap, NewRun
+    from agent_worker.store.base import DueLap, NewRun
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,15 @@ from sqlalchemy import Connection, Row, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import InvalidStateError, ScheduleExistsError, UnknownScheduleError
+from agent_worker.store.base import DueLap
+from agent_worker.store.dbtime import db_time
+from agent_worker.store.models import ScheduleRow
+from agent_worker.store.pauses import request_cancel
+from agent_worker.store.rows import record_event_tx, runs
+from agent_worker.store.runinsert import create_run_tx
+from agent_worker.store.schedtypes import Fire, Firing, ScheduleRecord
+from agent_worker.store.sqlbase import SqlBase
 from agent_worker.vocabulary import TERMINAL
-from store.base import DueLap
-from store.dbtime import db_time
-from store.models import ScheduleRow
-from store.pauses import request_cancel
-from store.rows import record_event_tx, runs
-from store.runinsert import create_run_tx
-from store.schedtypes import Fire, Firing, ScheduleRecord
-from store.sqlbase import SqlBase
 
 schedules = cast(Table, ScheduleRow.__table__)
 

@@ -15,13 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy import Connection, Table, case, delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from store import admitting, ratelimit
-from store.admitting import Policy, provider_pauses
-from store.base import DueLap
-from store.census import LiveGroup, live_select
-from store.dbtime import db_time, read_now
-from store.models import ShareLimitRow
-from store.sqlbase import SqlBase
+from agent_worker.store import admitting, ratelimit
+from agent_worker.store.admitting import Policy, provider_pauses
+from agent_worker.store.base import DueLap
+from agent_worker.store.census import LiveGroup, live_select
+from agent_worker.store.dbtime import db_time, read_now
+from agent_worker.store.models import ShareLimitRow
+from agent_worker.store.sqlbase import SqlBase
 
 share_limits: Table = ShareLimitRow.__table__  # type: ignore[assignment]
 

@@ -13,9 +13,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import RunIdUnavailableError
-from agent_worker.vocabulary import RUNNABLE, RunStatus
-from store import audit, listing, pauses, runstatus, state
-from store.base import (
+from agent_worker.store import audit, listing, pauses, runstatus, state
+from agent_worker.store.base import (
     ApprovalRecord,
     AuditEntry,
     AuditRecord,
@@ -26,20 +25,21 @@ from store.base import (
     RunRecord,
     SignalRecord,
 )
-from store.childstore import SqlChildStore
-from store.edits import StateEdit
-from store.lapsql import SqlLapStore
-from store.leasebatch import SqlLeaseBatch
-from store.rows import (
+from agent_worker.store.childstore import SqlChildStore
+from agent_worker.store.edits import StateEdit
+from agent_worker.store.lapsql import SqlLapStore
+from agent_worker.store.leasebatch import SqlLeaseBatch
+from agent_worker.store.rows import (
     checkpoints,
     events,
     runs,
     to_event,
     to_run,
 )
-from store.runinsert import create_run_tx
-from store.schedules import SqlScheduleStore
-from store.sharing import SqlShareStore
+from agent_worker.store.runinsert import create_run_tx
+from agent_worker.store.schedules import SqlScheduleStore
+from agent_worker.store.sharing import SqlShareStore
+from agent_worker.vocabulary import RUNNABLE, RunStatus
 
 
 class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore, SqlLeaseBatch):

@@ -12,11 +12,11 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
-from store import audit, hotconn, hotsql, tenancy
-from store.db import make_engine
-from store.dbtime import read_now
-from store.hotconn import HotConnection
-from store.retry import with_retry
+from agent_worker.store import audit, hotconn, hotsql, tenancy
+from agent_worker.store.db import make_engine
+from agent_worker.store.dbtime import read_now
+from agent_worker.store.hotconn import HotConnection
+from agent_worker.store.retry import with_retry
 
 T = TypeVar("T")
 

@@ -20,11 +20,11 @@ from typing import Any, Protocol, cast
 from sqlalchemy import Connection, Table, and_, func, insert, select, update
 
 from agent_worker.errors import InvalidStateError
+from agent_worker.store.base import RunRecord
+from agent_worker.store.edits import StateEdit
+from agent_worker.store.models import StateEditRow
+from agent_worker.store.rows import checkpoints, record_event_tx, require_run, runs, to_run
 from agent_worker.vocabulary import TERMINAL
-from store.base import RunRecord
-from store.edits import StateEdit
-from store.models import StateEditRow
-from store.rows import checkpoints, record_event_tx, require_run, runs, to_run
 
 state_edits = cast(Table, StateEditRow.__table__)
 

@@ -22,12 +22,12 @@ from sqlalchemy import (
     update,
 )
 
+from agent_worker.store.admitting import THROTTLED
+from agent_worker.store.dbtime import db_now
+from agent_worker.store.models import UTCDateTime
+from agent_worker.store.rows import checkpoints, messages, runs
+from agent_worker.store.state import pending_clause, state_edits
 from agent_worker.vocabulary import RUNNABLE
-from store.admitting import THROTTLED
-from store.dbtime import db_now
-from store.models import UTCDateTime
-from store.rows import checkpoints, messages, runs
-from store.state import pending_clause, state_edits
 
 _now = bindparam("now", type_=UTCDateTime())
 _owner = bindparam("owner", type_=String())

@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, and_, func, select
 
 from agent_worker.errors import RetriableStoreError
-from store import rollup
-from store.census import LiveGroup
-from store.dbtime import read_now
-from store.retry import with_retry
-from store.rows import checkpoints, events
-from store.sharing import QueueLine, lines_of
-from store.sql import SqlStore
-from store.sweeping import live_versions
+from agent_worker.store import rollup
+from agent_worker.store.census import LiveGroup
+from agent_worker.store.dbtime import read_now
+from agent_worker.store.retry import with_retry
+from agent_worker.store.rows import checkpoints, events
+from agent_worker.store.sharing import QueueLine, lines_of
+from agent_worker.store.sql import SqlStore
+from agent_worker.store.sweeping import live_versions
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Engine, select
 
-from store.base import StoredMessage
-from store.followers import FOLLOW, FOLLOW_SECONDS, RUNNING, STILL_RUNNING, UNFOLLOW
-from store.rows import messages, to_message
+from agent_worker.store.base import StoredMessage
+from agent_worker.store.followers import FOLLOW, FOLLOW_SECONDS, RUNNING, STILL_RUNNING, UNFOLLOW
+from agent_worker.store.rows import messages, to_message
 
 
 class EventWaiter(Protocol):

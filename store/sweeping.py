@@ -28,12 +28,11 @@ from sqlalchemy import (
 )
 
 from agent_worker.constants import SERVED_TTL_SECONDS
-from agent_worker.vocabulary import PAUSED, TERMINAL, WaitingFor
-from store.base import DueLap
-from store.dbtime import read_now
-from store.models import UTCDateTime
-from store.pauses import wake
-from store.rows import (
+from agent_worker.store.base import DueLap
+from agent_worker.store.dbtime import read_now
+from agent_worker.store.models import UTCDateTime
+from agent_worker.store.pauses import wake
+from agent_worker.store.rows import (
     approvals,
     checkpoints,
     effects,
@@ -43,8 +42,9 @@ from store.rows import (
     served_versions,
     signals,
 )
-from store.runstatus import in_flight, waiting_turn
-from store.statements import NOT_THROTTLED
+from agent_worker.store.runstatus import in_flight, waiting_turn
+from agent_worker.store.statements import NOT_THROTTLED
+from agent_worker.vocabulary import PAUSED, TERMINAL, WaitingFor
 
 
 def _pick(conn: Connection, *cond: Any, limit: int) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, select
 
-from store.rows import events
+from agent_worker.store.rows import events
 
 
 def run_traceparent(engine: Engine, run_id: str) -> str | None:

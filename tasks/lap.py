@@ -6,9 +6,9 @@ from celery import shared_task
 
 from agent_worker.constants import LAP_TASK_NAME
 from agent_worker.engine.lap import run_lap as engine_run_lap
-from tasks.runtime import runtime
+from agent_worker.tasks.runtime import runtime
 
 
-@shared_task(name=LAP_TASK_NAME, acks_late=True, reject_on_worker_lost=True)
+@shared_task(name=LAP_TASK_NAME, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_lap(*, run_id: str, lap: int) -> str:
     return engine_run_lap(runtime(), str(run_id), int(lap))

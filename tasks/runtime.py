@@ -12,11 +12,11 @@ from agent_worker.clock import DatabaseClock
 from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
-from store.db import make_engine
-from store.lapcache import runs_to_keep
-from store.sql import SqlStore
-from tasks.dbpool import worker_pool_options
-from tasks.dispatch import CeleryDispatcher
+from agent_worker.store.db import make_engine
+from agent_worker.store.lapcache import runs_to_keep
+from agent_worker.store.sql import SqlStore
+from agent_worker.tasks.dbpool import worker_pool_options
+from agent_worker.tasks.dispatch import CeleryDispatcher
 
 
 def system_store(settings: Settings) -> SqlStore:

@@ -8,7 +8,7 @@ from celery import shared_task
 
 from agent_worker.constants import SCHEDULE_TASK_NAME
 from agent_worker.engine.schedules import fire_due
-from tasks.runtime import runtime
+from agent_worker.tasks.runtime import runtime
 
 
 @shared_task(name=SCHEDULE_TASK_NAME, acks_late=False)

@@ -18,8 +18,8 @@ from celery.signals import worker_ready, worker_shutdown
 
 from agent_worker.constants import SERVED_HEARTBEAT_SECONDS
 from agent_worker.settings import get_settings
-from tasks.routing import lap_queue, served_pairs
-from tasks.runtime import system_store
+from agent_worker.tasks.routing import lap_queue, served_pairs
+from agent_worker.tasks.runtime import system_store
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()

@@ -8,7 +8,7 @@ from celery import shared_task
 
 from agent_worker.constants import PRUNE_TASK_NAME, SWEEP_TASK_NAME
 from agent_worker.engine.sweep import sweep as sweep_pass
-from tasks.runtime import runtime
+from agent_worker.tasks.runtime import runtime
 
 
 @shared_task(name=SWEEP_TASK_NAME, acks_late=False)

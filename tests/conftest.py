@@ -55,7 +55,7 @@ def database_template(services: None) -> Iterator[str]:
     """The name of a migrated database with the test clock that nobody
     connects to: ``CREATE DATABASE ... TEMPLATE`` copies it in about 20 ms,
     against 200 ms to migrate a new one."""
-    from store.migrate import upgrade
+    from agent_worker.store.migrate import upgrade
 
     with ExitStack() as stack:
         try:

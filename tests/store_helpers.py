@@ -13,14 +13,14 @@ import psycopg
 from sqlalchemy import Connection, delete, select, update
 
 from agent_worker.messages import Message
+from agent_worker.store.admitting import THROTTLED
+from agent_worker.store.base import NewRun
+from agent_worker.store.db import make_engine
+from agent_worker.store.rows import approvals, checkpoints, effects, events, messages, runs, signals
+from agent_worker.store.runstatus import waiting_turn
+from agent_worker.store.sharing import share_limits
+from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import TERMINAL
-from store.admitting import THROTTLED
-from store.base import NewRun
-from store.db import make_engine
-from store.rows import approvals, checkpoints, effects, events, messages, runs, signals
-from store.runstatus import waiting_turn
-from store.sharing import share_limits
-from store.sql import SqlStore
 
 
 def _erase(conn: Connection, run_ids: Sequence[str]) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from agent_worker.api import AgentWorker
-    from store.base import RunRecord
+    from agent_worker.store.base import RunRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENTS = "agent_worker.demo.refund_desk,tests.agents"
@@ -89,7 +89,7 @@ def client_on(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
         if k.startswith("AGENT_WORKER_"):
             monkeypatch.setenv(k, v)
     get_settings.cache_clear()
-    from tasks import app
+    from agent_worker.tasks import app
 
     app.conf.update(broker_url=env["AGENT_WORKER_BROKER_URL"])
     api.configure(None)
@@ -287,7 +287,8 @@ class Fleet:
         self._n += 1
         # No --pool: AGENT_WORKER_WORKER_POOL decides, as in a deployment (the
         # worker_env fixture takes it from TEST_POOL).
-        args = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
+        args = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "worker",
+                "--loglevel", "INFO",
                 "--concurrency", str(concurrency), "--without-mingle",
                 "--without-gossip", "-n", f"w{self._n}-{os.getpid()}@%h"]
         if queues:
@@ -298,7 +299,8 @@ class Fleet:
 
     def beat(self, **env: str) -> Proc:
         sched = self.logdir / f"beat-{len(self.procs)}.db"
-        args = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
+        args = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "beat",
+                "--loglevel", "INFO",
                 "-s", str(sched)]
         p = Proc(args, {**self.env, **env}, self.logdir / "beat.log").start()
         self.procs.append(p)
@@ -313,3 +315,19 @@ class Fleet:
 def logs(fleet: Fleet) -> str:
     return "\n".join(p.log.read_text(errors="replace")[-3000:] for p in fleet.procs
                      if p.log.exists())
+
+
+def seeded_venv(path: Path) -> Path:
+    """A new virtual environment at ``path`` that also sees this test run's
+    installed packages (a ``.pth`` line naming their folder), so installing a
+    package into it needs no download. The folder's own ``.pth`` files (this
+    checkout's editable install) are not read from there: only what is
+    installed into the new environment itself is importable as
+    ``agent_worker``."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+                   timeout=120)
+    here = next(p for p in sys.path if p.endswith("site-packages") and
+                Path(p).resolve().is_relative_to(Path(sys.prefix).resolve()))
+    there = next((path / "lib").glob("python*/site-packages"))
+    (there / "_agent_worker_test_deps.pth").write_text(here + "\n")
+    return path

@@ -5,7 +5,7 @@ commits to Postgres before it hands a lap to the broker."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,7 +26,9 @@ from agent_worker.cli.common import (
     styled_status,
 )
 from agent_worker.vocabulary import EFFECT_STATUSES
-from store.base import RunRecord
+
+if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
+    from agent_worker.store.base import RunRecord
 
 approvals_app = typer.Typer(help="The approval inbox.", no_args_is_help=True)
 effects_app = typer.Typer(help="The side-effect ledger.", no_args_is_help=True)

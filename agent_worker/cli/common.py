@@ -29,12 +29,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import click
 import typer
-from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError
 
-from agent_worker.api import client as default_client
 from agent_worker.cli.terminal import SafeConsole, strip_terminal
 from agent_worker.errors import (
     AgentWorkerError,
@@ -43,7 +39,6 @@ from agent_worker.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from store.sql import SqlStore
 
 OK, FAILED, BAD_INPUT, NOT_FOUND, INVALID_STATE, INTERRUPTED = 0, 1, 2, 3, 4, 130
 PERMISSION_DENIED = 5
@@ -72,11 +67,17 @@ def client() -> Any:
     built on first use so ``--help`` never touches the database. It acts as
     the configured principal (``AGENT_WORKER_PRINCIPAL_ID``, ``_TENANT``,
     ``_ROLES``): there is no ``--by``, the audit log says who from that."""
+    # lazy: the API drags in the store, SQLAlchemy and Celery (most of a second);
+    # --help, --version and a usage error print without them
+    from agent_worker.api import client as default_client
+
     return default_client()
 
 
 def sql_store() -> Any:
     """The ``SqlStore`` behind the client, for the read-only aggregates."""
+    from agent_worker.store.sql import SqlStore  # lazy: like client()'s import
+
     store = client().rt.store
     if not isinstance(store, SqlStore):
         raise CliFailure(FAILED, "unsupported_store", "this command needs the SQL store")
@@ -88,6 +89,8 @@ def sql_store() -> Any:
 
 def jsonable(value: Any) -> Any:
     """Plain JSON values from records, pydantic models, datetimes and decimals."""
+    from pydantic import BaseModel  # lazy: only output (after the API loaded it) needs it
+
     if isinstance(value, BaseModel):
         return jsonable(value.model_dump(mode="json"))
     if is_dataclass(value) and not isinstance(value, type):
@@ -184,18 +187,25 @@ def classify(e: BaseException) -> tuple[int, str, str]:
         return BAD_INPUT, "usage", str(getattr(e, "format_message", e.__str__)())
     if isinstance(e, TimeoutError):
         return FAILED, "timeout", str(e) or "timed out"
-    if isinstance(e, DBAPIError):
-        return FAILED, "store_unavailable", f"database error: {e.orig!r}"
+    if _is_database_error(e):
+        return FAILED, "store_unavailable", f"database error: {getattr(e, 'orig', None)!r}"
     if isinstance(e, ConnectionError | OSError):
         return FAILED, "unavailable", f"{type(e).__name__}: {e}"
     return FAILED, "internal", f"{type(e).__name__}: {e}"
 
 
 def _is_usage_error(e: BaseException) -> bool:
-    """Click's and typer's (which vendors its own click) usage errors."""
-    if isinstance(e, click.ClickException):
-        return True
+    """Click's and typer's (which vendors its own click) usage errors, known by
+    name: neither click nor typer's copy needs importing to ask."""
     return any(c.__name__ in ("ClickException", "UsageError") for c in type(e).__mro__)
+
+
+def _is_database_error(e: BaseException) -> bool:
+    """SQLAlchemy's ``DBAPIError``. A command that raised one has imported
+    SQLAlchemy; when nothing has (``--help``, a usage error), no import is paid
+    to find out that ``e`` is something else."""
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(e, exc.DBAPIError)
 
 
 def report(exit_code: int, code: str, message: str, *, as_json: bool = False) -> int:

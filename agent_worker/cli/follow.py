@@ -6,13 +6,15 @@ twice, nothing skipped."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from agent_worker.cli.common import FAILED, JsonOpt, client, console, emit_json, report
-from agent_worker.streaming import StreamEvent, check_after
+
+if TYPE_CHECKING:  # annotations only: streaming loads the runtime and the store
+    from agent_worker.streaming import StreamEvent
 
 
 def follow(
@@ -23,6 +25,8 @@ def follow(
 ) -> None:
     """Stream a run's events as they commit (lap commits with tool calls and results,
     pauses, signals, decisions) until it ends; resumable with --after."""
+    from agent_worker.streaming import check_after  # lazy: see the TYPE_CHECKING import
+
     last: StreamEvent | None = None
     for event in client().stream(run_id, after=check_after(after)):
         last = event

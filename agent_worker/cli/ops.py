@@ -1,9 +1,13 @@
 """Commands that run the fleet: migrate, worker, beat, metrics, demo.
 
-``worker`` and ``beat`` are thin wrappers: they exec ``celery -A tasks …`` with
+``worker`` and ``beat`` are thin wrappers: they exec ``celery -A agent_worker.tasks …`` with
 our defaults (the lap queues this worker serves plus ``maint``), so signals
 (SIGTERM soft shutdown) reach Celery itself, not a wrapper process. Anything
 after the known options passes through to Celery unchanged.
+
+Each command imports what it runs on (Alembic, SQLAlchemy, Prometheus, the
+settings, Celery's routing) in its own body: ``agent-worker --help`` loads
+this module to list the commands and must not pay for any of it.
 """
 
 from __future__ import annotations
@@ -14,15 +18,9 @@ import time
 from typing import Annotated, Any
 
 import typer
-from alembic.runtime.migration import MigrationContext
-from prometheus_client import generate_latest
 from rich.markup import escape
 from rich.table import Table
-from sqlalchemy import create_engine
-from sqlalchemy.engine import make_url
 
-from agent_worker import logs
-from agent_worker.api import _load_agents
 from agent_worker.cli.common import (
     FAILED,
     JsonOpt,
@@ -35,19 +33,9 @@ from agent_worker.cli.common import (
     styled_status,
 )
 from agent_worker.constants import MAINT_QUEUE
-from agent_worker.demo.vendor import VendorClient
-from agent_worker.deploy_checks import check_deploy_secrets
-from agent_worker.metrics import registry_for, serve
-from agent_worker.settings import get_settings
-from store.migrate import upgrade
-from tasks.routing import lap_queue, served_pairs
 
 db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def _redacted(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
 
 
 @db_app.command("upgrade")
@@ -56,6 +44,14 @@ def db_upgrade(
     json_out: JsonOpt = False,
 ) -> None:
     """Apply migrations (safe while workers run; concurrent upgrades serialise)."""
+    # lazy (see the module's docstring)
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from agent_worker.settings import get_settings  # lazy, as above
+    from agent_worker.store.migrate import upgrade
+
     url = get_settings().database_url
     upgrade(url, revision)
 
@@ -65,10 +61,11 @@ def db_upgrade(
             current = MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
+    shown = make_url(url).render_as_string(hide_password=True)
     if json_out:
-        emit_json({"database": _redacted(url), "revision": current})
+        emit_json({"database": shown, "revision": current})
     else:
-        console.print(f"database {escape(_redacted(url))} is at revision {current}")
+        console.print(f"database {escape(shown)} is at revision {current}")
 
 
 def _has(args: list[str], *flags: str) -> bool:
@@ -77,10 +74,15 @@ def _has(args: list[str], *flags: str) -> bool:
 
 
 def worker_argv(extra: list[str], *, queues: str | None = None) -> list[str]:
-    """``celery -A tasks worker`` with the lap queues this process serves."""
+    """``celery -A agent_worker.tasks worker`` with the lap queues this process serves."""
+    # lazy (see the module's docstring)
+    from agent_worker.api import _load_agents
+    from agent_worker.settings import get_settings
+    from agent_worker.tasks.routing import lap_queue, served_pairs
+
     s = get_settings()
     _load_agents(s.agent_modules)
-    argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker"]
+    argv = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "worker"]
     if not _has(extra, "-Q", "--queues"):
         served = queues or ",".join([lap_queue(n, v) for n, v in served_pairs(s)]
                                     + [MAINT_QUEUE])
@@ -93,7 +95,7 @@ def worker_argv(extra: list[str], *, queues: str | None = None) -> list[str]:
 
 
 def beat_argv(extra: list[str], *, schedule: str | None = None) -> list[str]:
-    argv = [sys.executable, "-m", "celery", "-A", "tasks", "beat"]
+    argv = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "beat"]
     if not _has(extra, "-l", "--loglevel"):
         argv += ["--loglevel", "INFO"]
     if schedule is not None:
@@ -148,6 +150,13 @@ def metrics(
     json_out: JsonOpt = False,
 ) -> None:
     """Serve the Prometheus endpoint at /metrics (read from the store at each scrape)."""
+    # lazy (see the module's docstring)
+    from prometheus_client import generate_latest
+
+    from agent_worker import logs  # lazy, as above
+    from agent_worker.deploy_checks import check_deploy_secrets
+    from agent_worker.metrics import registry_for, serve
+
     settings = client().rt.settings
     store = sql_store()
     if once:
@@ -221,6 +230,8 @@ def _vendor_stats() -> dict[str, Any] | None:
     url = os.environ.get("AGENT_WORKER_VENDOR_URL")
     if not url:
         return None
+    from agent_worker.demo.vendor import VendorClient  # lazy (see the module's docstring)
+
     try:
         with VendorClient(url) as v:
             stats: dict[str, Any] = v.stats()

@@ -33,10 +33,7 @@ from agent_worker.cli.common import (
 )
 from agent_worker.cli.follow import follow
 from agent_worker.cli.tree import render_tree, run_tree
-from agent_worker.engine import progress
-from agent_worker.steering import parse_labels
 from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
-from store import stats
 
 app = typer.Typer(help="List, inspect and follow runs.", no_args_is_help=True)
 app.command("follow")(follow)
@@ -46,6 +43,14 @@ def _stale_after() -> float:
     return float(client().rt.settings.stale_after_seconds)
 
 
+def _checkpoints(run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each run's latest checkpointed state (one query)."""
+    # lazy: the store package loads SQLAlchemy, which --help must not pay for
+    from agent_worker.store import stats
+
+    return stats.latest_checkpoints(sql_store(), run_ids)
+
+
 def list_rows(*, status: str | None, agent: str | None, agent_version: str | None,
               tenant: str | None, stale: bool, limit: int, parent: str | None = None
               ) -> list[dict[str, Any]]:
@@ -53,7 +58,7 @@ def list_rows(*, status: str | None, agent: str | None, agent_version: str | Non
     aw = client()
     found = aw.list_runs(status=status, agent=agent, agent_version=agent_version,
                          tenant=tenant, stale=stale, limit=limit, parent=parent)
-    states = stats.latest_checkpoints(sql_store(), [r.id for r in found])
+    states = _checkpoints([r.id for r in found])
     at, stale_after = now(), _stale_after()
     return [views.run_summary(r, states.get(r.id), at, stale_after) for r in found]
 
@@ -115,10 +120,12 @@ def list_runs(
 def _search(*, labels: list[str], cursor: str | None, since: datetime | None,
             until: datetime | None, limit: int, json_out: bool, **filters: Any) -> None:
     """``runs list`` by labels and time, one page (``AgentWorker.search_runs``)."""
+    from agent_worker.steering import parse_labels  # lazy: it loads the store (SQLAlchemy)
+
     page = client().search_runs(labels=parse_labels(labels), cursor=cursor,
                                 created_after=_utc(since), created_before=_utc(until),
                                 limit=min(limit, 1000), **filters)
-    states = stats.latest_checkpoints(sql_store(), [r.id for r in page.runs])
+    states = _checkpoints([r.id for r in page.runs])
     at, stale_after = now(), _stale_after()
     rows = [{**views.run_summary(r, states.get(r.id), at, stale_after),
              "labels": r.labels or {}} for r in page.runs]
@@ -189,9 +196,11 @@ def show(
     json_out: JsonOpt = False,
 ) -> None:
     """One run: status, lap, time since its checkpoint, budget, approvals, last error."""
+    from agent_worker.engine import progress  # lazy: the engine loads the store (SQLAlchemy)
+
     aw = client()
     run = aw.get_run(run_id)
-    state = stats.latest_checkpoints(sql_store(), [run.id]).get(run.id)
+    state = _checkpoints([run.id]).get(run.id)
     at = now()
     detail = views.run_detail(run, state, aw.list_approvals(run_id=run.id), at,
                               _stale_after())

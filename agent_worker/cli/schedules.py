@@ -5,7 +5,7 @@ command's (an unknown schedule exits 3, a bad cron or time zone exits 2)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -21,7 +21,9 @@ from agent_worker.cli.common import (
     parse_json_arg,
 )
 from agent_worker.vocabulary import CATCH_UPS, OVERLAPS
-from store.schedtypes import ScheduleRecord
+
+if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
+    from agent_worker.store.schedtypes import ScheduleRecord
 
 app = typer.Typer(help="Durable cron schedules that start runs.", no_args_is_help=True)
 

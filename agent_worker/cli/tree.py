@@ -5,13 +5,15 @@ counts by status so a fan-out of a thousand stays one screen."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.tree import Tree
 
 from agent_worker.cli.common import styled_status
-from store.base import Store
+
+if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
+    from agent_worker.store.base import Store
 
 #: Children listed per level; the rest are counted.
 SHOWN = 20

@@ -7,11 +7,18 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_worker.vocabulary import TERMINAL
-from store.admitting import THROTTLED
-from store.base import ApprovalRecord, EffectRecord, EventRecord, RunRecord, StoredMessage
+
+if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
+    from agent_worker.store.base import (
+        ApprovalRecord,
+        EffectRecord,
+        EventRecord,
+        RunRecord,
+        StoredMessage,
+    )
 
 TEXT_LIMIT = 300
 
@@ -42,6 +49,9 @@ def is_stale(run: RunRecord, at: datetime, stale_after: float) -> bool:
 def run_summary(run: RunRecord, state: dict[str, Any] | None, at: datetime,
                 stale_after: float) -> dict[str, Any]:
     """One row of ``runs list``."""
+    # lazy: the store package loads SQLAlchemy, which --help must not pay for
+    from agent_worker.store.admitting import THROTTLED
+
     since = (at - run.last_checkpoint_at).total_seconds() if run.last_checkpoint_at else None
     return {
         "id": run.id, "agent": run.agent_name, "agent_version": run.agent_version,

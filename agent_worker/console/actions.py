@@ -19,7 +19,7 @@ from agent_worker.console.applicable import require_applicable, waited_effect
 from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.run import RUN_VERBS
 from agent_worker.errors import InvalidInputError, NotFoundError
-from store.base import EffectRecord, RunRecord
+from agent_worker.store.base import EffectRecord, RunRecord
 
 
 def _verb(ctx: Ctx) -> Action:

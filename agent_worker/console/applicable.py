@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from agent_worker.authorization import Action
 from agent_worker.errors import InvalidStateError
+from agent_worker.store.base import RunRecord
 from agent_worker.vocabulary import RETRYABLE, TERMINAL, WaitingFor
-from store.base import RunRecord
 
 
 def waited_effect(run: RunRecord) -> str | None:

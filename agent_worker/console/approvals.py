@@ -21,7 +21,7 @@ from agent_worker.authorization import AccessRequest
 from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.views import Pager
 from agent_worker.errors import InvalidInputError, UnknownAgentError
-from store.base import ApprovalRecord, RunRecord
+from agent_worker.store.base import ApprovalRecord, RunRecord
 
 
 def _call_lap(a: ApprovalRecord) -> int | None:

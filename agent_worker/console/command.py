@@ -15,7 +15,6 @@ import typer
 
 from agent_worker.console.users import UserBook, hash_password
 from agent_worker.errors import InvalidInputError
-from agent_worker.settings import get_settings
 
 app = typer.Typer(help="The run console: runs, laps, approvals and actions in a browser.",
                   invoke_without_command=True, no_args_is_help=False)
@@ -35,6 +34,7 @@ def serve(
     import uvicorn  # the server, only when serving: hash-password needs none of it
 
     from agent_worker.console.app import create_app
+    from agent_worker.settings import get_settings  # nor --help: pydantic-settings is slow
 
     settings = get_settings()
     users = UserBook.parse(settings.console_users)  # a bad file fails here, not at login

@@ -18,10 +18,10 @@ from agent_worker.console.applicable import applies, waited_effect
 from agent_worker.console.context import Ctx
 from agent_worker.console.views import Pager, lap_rows, page_number, pages
 from agent_worker.errors import ConfigurationError
+from agent_worker.store import runpages, tenancy
+from agent_worker.store.base import RunRecord
+from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import TERMINAL
-from store import runpages, tenancy
-from store.base import RunRecord
-from store.sql import SqlStore
 
 __all__ = ["allowed_actions", "live_fragment", "run_page"]
 

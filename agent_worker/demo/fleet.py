@@ -46,7 +46,8 @@ class Fleet:
         return proc
 
     def worker(self, n: int) -> subprocess.Popen[bytes]:
-        return self.spawn(f"worker{n}", ["-m", "celery", "-A", "tasks", "worker", "--loglevel",
+        return self.spawn(f"worker{n}", ["-m", "celery", "-A", "agent_worker.tasks", "worker",
+                                         "--loglevel",
                                          "INFO", "--concurrency", "2", "-n", f"demo{n}@%h",
                                          "--without-mingle"])
 

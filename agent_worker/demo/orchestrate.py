@@ -29,8 +29,8 @@ from agent_worker.demo import goodwill
 from agent_worker.demo.fleet import Fleet, stop_saved
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.settings import get_settings
+from agent_worker.store.base import RunRecord
 from agent_worker.vocabulary import TERMINAL
-from store.base import RunRecord
 
 FLEET_FILE = Path(".data/demo-fleet.json")
 CONSOLE_USER = "demo"
@@ -188,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fleet.worker(1)
         fleet.worker(2)
-        fleet.spawn("beat", ["-m", "celery", "-A", "tasks", "beat", "-s",
+        fleet.spawn("beat", ["-m", "celery", "-A", "agent_worker.tasks", "beat", "-s",
                              str(logdir / "beat.db")])
-        fleet.spawn("flower", ["-m", "celery", "-A", "tasks", "flower",
+        fleet.spawn("flower", ["-m", "celery", "-A", "agent_worker.tasks", "flower",
                                f"--port={opts.flower_port}", "--address=127.0.0.1"])
         fleet.spawn("console", ["-m", "agent_worker.cli", "console", "--host", "127.0.0.1",
                                 "--port", str(opts.console_port)],

@@ -33,10 +33,10 @@ from agent_worker.faults import fault
 from agent_worker.messages import Message
 from agent_worker.runstate import StateDraft
 from agent_worker.runtime import Runtime
+from agent_worker.store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 from agent_worker.tools import Tool, ToolContext
 from agent_worker.untrusted import check_name
 from agent_worker.vocabulary import EffectStatus, WaitingFor
-from store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from agent_worker.children import Child, StartChildren
 from agent_worker.engine.newrun import admitted_run
 from agent_worker.errors import ChildLimitError
 from agent_worker.runtime import Runtime
+from agent_worker.store.base import Claim, DueLap, NewRun, RunRecord
 from agent_worker.untrusted import reduced
 from agent_worker.vocabulary import TERMINAL, ChildWait, WaitingFor
-from store.base import Claim, DueLap, NewRun, RunRecord
 
 #: The key of the marker a children call records as its result.
 MARKER = "__children__"

@@ -50,9 +50,9 @@ from agent_worker.messages import Message, Usage
 from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runstate import StateDraft, apply_edit
 from agent_worker.runtime import Runtime
+from agent_worker.store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 from agent_worker.untrusted import clean, reduced
 from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, TERMINAL, RunStatus, WaitingFor
-from store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
 
 log = logging.getLogger("agent_worker.lap")
 Outcome = Literal["skipped", "committed", "paused", "retrying", "failed", "lost", "finished",

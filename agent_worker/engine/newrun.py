@@ -21,8 +21,8 @@ from agent_worker.errors import InvalidInputError, PayloadTooLargeError
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings
+from agent_worker.store.base import NewRun
 from agent_worker.untrusted import clean
-from store.base import NewRun
 
 
 def json_size(value: Any, what: str) -> int:

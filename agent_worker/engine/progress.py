@@ -25,7 +25,7 @@ from agent_worker.agent import Agent
 from agent_worker.engine import admit
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.runtime import Runtime
-from store.base import EventRecord
+from agent_worker.store.base import EventRecord
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from agent_worker.engine import admit
 from agent_worker.errors import CompensationError
 from agent_worker.faults import fault
 from agent_worker.runtime import Runtime
+from agent_worker.store.base import EffectIntent, EffectRecord
 from agent_worker.tools import ToolContext
-from store.base import EffectIntent, EffectRecord
 
 
 def reconcile(rt: Runtime, agent: Agent, run_id: str) -> str | None:

@@ -30,7 +30,7 @@ from agent_worker.engine.crontimes import latest, next_after
 from agent_worker.engine.newrun import new_run
 from agent_worker.errors import AgentWorkerError
 from agent_worker.runtime import Runtime
-from store.schedtypes import Fire, Firing, ScheduleRecord
+from agent_worker.store.schedtypes import Fire, Firing, ScheduleRecord
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from agent_worker.agent import Agent
 from agent_worker.checkpoint import Checkpoint
 from agent_worker.engine.compaction import summary_end
 from agent_worker.messages import Message, ModelRequest
-from store.base import StoredMessage
+from agent_worker.store.base import StoredMessage
 
 
 def build_request(agent: Agent, run_id: str, lap: int, checkpoint: Checkpoint,

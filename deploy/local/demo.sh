@@ -10,9 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = "--stop" ]; then
-  exec python -m agent_worker.demo.orchestrate --stop
+  exec .venv/bin/python -m agent_worker.demo.orchestrate --stop
 fi
 deploy/local/install.sh
+# The checkout's virtual environment (install.sh made it): python, agent-worker
+# and celery below, and every process they start, are the ones installed there.
+. .venv/bin/activate
 if [ -z "${AGENT_WORKER_DATABASE_URL:-}" ] || [ -z "${AGENT_WORKER_BROKER_URL:-}" ]; then
   deploy/local/services.sh start
 fi

@@ -23,6 +23,9 @@ data="${AGENT_WORKER_DATA_DIR:-$root/.data}"
 pg_port="${PG_PORT:-54329}"
 redis_port="${REDIS_PORT:-63799}"
 vendor_port="${VENDOR_PORT:-63800}"
+# The checkout's virtual environment's python (deploy/local/install.sh), for the vendor.
+py="$root/.venv/bin/python"
+[ -x "$py" ] || py=python3
 pgbin="$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | tail -1)"
 
 as_pg() {
@@ -176,14 +179,14 @@ vendor_up() { (exec 3<>"/dev/tcp/127.0.0.1/$vendor_port") 2>/dev/null; }
 
 start_vendor() {
   if ! vendor_up; then
-    if ! (cd "$root" && python -c "import agent_worker.demo.vendor") >/dev/null 2>&1; then
+    if ! (cd "$root" && "$py" -c "import agent_worker.demo.vendor") >/dev/null 2>&1; then
       echo "vendor: not started (the package is not installed yet: deploy/local/install.sh)"
       return 0
     fi
     # Launched from Python: Popen closes every inherited descriptor (a shell
     # background job would keep the caller's pipes open, and whoever captures
     # this script's output would wait for the vendor to exit).
-    (cd "$root" && PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python - "$vendor_port" "$data" <<'PY'
+    (cd "$root" && PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" "$py" - "$vendor_port" "$data" <<'PY'
 import subprocess, sys
 port, data = sys.argv[1], sys.argv[2]
 with open(f"{data}/vendor.log", "ab") as log:

@@ -11,11 +11,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 deploy/local/install.sh
+# The checkout's virtual environment (install.sh made it): python, agent-worker
+# and celery below, and every process they start, are the ones installed there.
+. .venv/bin/activate
 deploy/local/services.sh start
 if [ "$#" -gt 0 ]; then
     exec python -m pytest -q "$@"
 fi
 status=0
+# Lint and types first: cheap, and a failure here is the quickest to read.
+ruff check agent_worker tasks store tests bench || status=$?
+mypy || status=$?
 # --dist loadgroup: tests marked xdist_group (the browser tests, which share one
 # console, worker and browser per module) stay on one xdist worker; the rest
 # are spread as before.

@@ -7,8 +7,8 @@ from alembic import context
 from sqlalchemy import pool
 
 from agent_worker.settings import get_settings
-from store.db import make_engine
-from store.models import Base
+from agent_worker.store.db import make_engine
+from agent_worker.store.models import Base
 
 config = context.config
 url = config.attributes.get("url") or get_settings().database_url

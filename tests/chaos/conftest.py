@@ -124,7 +124,7 @@ class PrivatePostgres:
         """A fresh, migrated database; returns its URL."""
         from sqlalchemy import create_engine, text
 
-        from store.migrate import upgrade
+        from agent_worker.store.migrate import upgrade
 
         name = f"aw_chaos_{uuid.uuid4().hex[:8]}"
         admin = create_engine(self.admin_url, isolation_level="AUTOCOMMIT")
@@ -241,7 +241,7 @@ class PrivateRedis:
 def reset_producer_pools() -> None:
     """Drop the test process's cached Celery broker connections, so sends go to
     the broker now configured (an earlier test may have used the shared Redis)."""
-    from tasks import app
+    from agent_worker.tasks import app
 
     celery_app: Any = app  # private attributes, not in the type stubs
     with contextlib.suppress(Exception):

@@ -28,8 +28,8 @@ from sqlalchemy import Engine, text
 
 from agent_worker.api import AgentWorker
 from agent_worker.demo.vendor import start_vendor
-from store.db import make_engine
-from store.retry import with_retry
+from agent_worker.store.db import make_engine
+from agent_worker.store.retry import with_retry
 from tests.chaos.conftest import PrivatePostgres, PrivateRedis
 from tests.support import Fleet, Proc, default_timing
 

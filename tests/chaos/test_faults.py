@@ -1,6 +1,6 @@
 """One real fault at a time (issue 4, items 1-6): heartbeats and fencing,
 warm shutdown, Redis restarts and outages, Postgres restarts, poison laps and
-hung tools. Each test runs real ``celery -A tasks worker`` processes against a
+hung tools. Each test runs real ``celery -A agent_worker.tasks worker`` processes against a
 private Postgres and Redis (tests/chaos/conftest.py) that it may restart."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from agent_worker.api import AgentWorker
-from store.base import RunRecord
-from store.db import make_engine
+from agent_worker.store.base import RunRecord
+from agent_worker.store.db import make_engine
 from tests.chaos.conftest import PgStop, PrivatePostgres, PrivateRedis
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.principals import acting
@@ -216,39 +216,21 @@ def _laps_resent_by_sweeper(fleet: Fleet) -> int:
                for n in sent.findall(p.log.read_text(errors="replace")))
 
 
-@pytest.mark.parametrize("private_redis", [{"appendonly": False}], indirect=True)
-def test_redis_restart_without_aof_loses_messages_and_the_sweeper_resends(
-        aw: AgentWorker, fleet: Fleet, private_redis: PrivateRedis) -> None:
-    workers = [fleet.worker(concurrency=2), fleet.worker(concurrency=1)]
-    beat = fleet.beat()
-    ids = _start_loops(aw, 5, laps=12)
-    wait_for(lambda: _all_progressed(aw, ids, 2), timeout=120, what="every run at lap 2")
-    assert private_redis.message_count() > 0, "nothing in Redis to lose"
-    private_redis.restart()
-    _finish_all(aw, ids, 12)
-    assert all(p.alive() for p in [*workers, beat]), "a process died instead of reconnecting"
-    assert _laps_resent_by_sweeper(fleet) > 0, "the sweeper never re-sent a lost lap"
-
-
 #: kombu 5.7's crash on a lost Redis connection (README, "Keeping workers
 #: running"): no setting or release avoids it, so every supervisor in deploy/
-#: restarts a worker that exits. This test does the same, for that crash only.
+#: restarts a worker that exits. These tests do the same, for that crash only.
 KOMBU_RESTORE_CRASH = "Unrecoverable error: AttributeError(\"'NoneType' object has no " \
     "attribute 'hostname'\")"
 
 
-def test_redis_unreachable_for_seconds_then_workers_reconnect(
-        aw: AgentWorker, fleet: Fleet, private_redis: PrivateRedis) -> None:
-    workers = [fleet.worker(concurrency=2), fleet.worker(concurrency=1)]
-    beat = fleet.beat()
-    ids = _start_loops(aw, 5, laps=12)
-    wait_for(lambda: _all_progressed(aw, ids, 2), timeout=120, what="every run at lap 2")
-    private_redis.restart(down_seconds=5)
+def _supervised_until_finished(aw: AgentWorker, fleet: Fleet, workers: list[Proc],
+                               ids: list[str]) -> list[Proc]:
+    """Restart, like systemd or Kubernetes would, a worker that exited with the
+    known kombu crash (any other exit fails the test) until every run has
+    finished; returns the workers that crashed."""
     crashed: list[Proc] = []
 
     def supervise() -> bool:
-        """Restart, like systemd or Kubernetes would, a worker that exited with
-        the known kombu crash; any other exit fails the test."""
         for i, w in enumerate(workers):
             if not w.alive():
                 assert KOMBU_RESTORE_CRASH in w.log.read_text(errors="replace"), \
@@ -258,10 +240,36 @@ def test_redis_unreachable_for_seconds_then_workers_reconnect(
         return all(aw.get_run(r).status == "succeeded" for r in ids)
 
     wait_for(supervise, timeout=180, interval=0.5, what="every run finished")
-    _finish_all(aw, ids, 12)
-    assert beat.alive(), "beat died instead of reconnecting"
     if crashed:
         print(f"kombu's restore crash took down {len(crashed)} worker(s); restarted")
+    return crashed
+
+
+@pytest.mark.parametrize("private_redis", [{"appendonly": False}], indirect=True)
+def test_redis_restart_without_aof_loses_messages_and_the_sweeper_resends(
+        aw: AgentWorker, fleet: Fleet, private_redis: PrivateRedis) -> None:
+    workers = [fleet.worker(concurrency=2), fleet.worker(concurrency=1)]
+    beat = fleet.beat()
+    ids = _start_loops(aw, 5, laps=12)
+    wait_for(lambda: _all_progressed(aw, ids, 2), timeout=120, what="every run at lap 2")
+    assert private_redis.message_count() > 0, "nothing in Redis to lose"
+    private_redis.restart()
+    _supervised_until_finished(aw, fleet, workers, ids)
+    _finish_all(aw, ids, 12)
+    assert beat.alive(), "beat died instead of reconnecting"
+    assert _laps_resent_by_sweeper(fleet) > 0, "the sweeper never re-sent a lost lap"
+
+
+def test_redis_unreachable_for_seconds_then_workers_reconnect(
+        aw: AgentWorker, fleet: Fleet, private_redis: PrivateRedis) -> None:
+    workers = [fleet.worker(concurrency=2), fleet.worker(concurrency=1)]
+    beat = fleet.beat()
+    ids = _start_loops(aw, 5, laps=12)
+    wait_for(lambda: _all_progressed(aw, ids, 2), timeout=120, what="every run at lap 2")
+    private_redis.restart(down_seconds=5)
+    _supervised_until_finished(aw, fleet, workers, ids)
+    _finish_all(aw, ids, 12)
+    assert beat.alive(), "beat died instead of reconnecting"
 
 
 # --- 4. Postgres ------------------------------------------------------------------

@@ -89,10 +89,10 @@ def test_a_placeholder_flower_password_is_refused(auth: str) -> None:
 
 
 def test_the_celery_app_refuses_to_load_with_a_placeholder() -> None:
-    """Worker, beat and Flower all load ``tasks.app`` (``celery -A tasks``): none
+    """Worker, beat and Flower all load ``tasks.app`` (``celery -A agent_worker.tasks``): none
     starts on CHANGE_ME. Importing ``tasks`` alone builds nothing (it is lazy)."""
     base = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH"}
-    done = subprocess.run([sys.executable, "-c", "import tasks; tasks.app"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", "import agent_worker.tasks as t; t.app"], cwd=ROOT,
                           env={**base, "PYTHONPATH": str(ROOT),
                                "FLOWER_BASIC_AUTH": "admin:CHANGE_ME"},
                           capture_output=True, text=True, timeout=60, check=False)
@@ -140,7 +140,7 @@ def test_flower_binds_loopback_wherever_it_runs_on_a_host() -> None:
     assert "--address=${FLOWER_ADDRESS:-127.0.0.1}" in procfile["flower"]
     assert "--addr" not in procfile["metrics"], "the setting's loopback default applies"
     readme = (ROOT / "README.md").read_text()
-    assert "celery -A tasks flower --port=5555 --address=127.0.0.1" in readme
+    assert "celery -A agent_worker.tasks flower --port=5555 --address=127.0.0.1" in readme
     demo = (ROOT / "agent_worker/demo/orchestrate.py").read_text()
     assert '"--address=127.0.0.1"' in demo
 

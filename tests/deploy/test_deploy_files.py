@@ -50,7 +50,7 @@ SOFT_SHUTDOWN_SECONDS = 20
 KUBERNETES_VERSION = "1.30"
 # The canonical worker command; every deploy flavour must run exactly this.
 WORKER_ARGS = shlex.split(
-    "-A tasks worker --loglevel INFO --without-mingle"
+    "-A agent_worker.tasks worker --loglevel INFO --without-mingle"
 )
 APP_IMAGE = "registry.example.com/agent-worker"
 REQUIRED_ENV = {
@@ -422,14 +422,14 @@ def test_beat_runs_exactly_once() -> None:
     # Recreate: the old pod is gone before the new one starts.
     assert beat["spec"]["strategy"]["type"] == "Recreate"
     command = only_container(beat)["command"]
-    assert command[:4] == ["celery", "-A", "tasks", "beat"]
+    assert command[:4] == ["celery", "-A", "agent_worker.tasks", "beat"]
 
 
 def test_flower_requires_basic_auth_from_the_secret() -> None:
     flower = k8s_object("Deployment", "agent-worker-flower")
     assert flower["spec"]["replicas"] == 1
     container = only_container(flower)
-    assert container["command"][:4] == ["celery", "-A", "tasks", "flower"]
+    assert container["command"][:4] == ["celery", "-A", "agent_worker.tasks", "flower"]
     auth = env_of(container)["FLOWER_BASIC_AUTH"]
     assert auth == {"secretKeyRef": {"name": "agent-worker", "key": "FLOWER_BASIC_AUTH"}}
     # No credential literal in the args (it would show in `ps` and the pod spec).
@@ -743,7 +743,7 @@ def test_compose_services_and_settings() -> None:
     assert set(worker["environment"]) >= REQUIRED_ENV
 
     beat = services["beat"]
-    assert beat["command"][:4] == ["celery", "-A", "tasks", "beat"]
+    assert beat["command"][:4] == ["celery", "-A", "agent_worker.tasks", "beat"]
     assert beat.get("deploy", {}).get("replicas", 1) == 1
 
     flower = services["flower"]
@@ -853,8 +853,8 @@ def test_procfile_processes() -> None:
     worker = shlex.split(inner)
     assert worker[0] == "REMAP_SIGTERM=SIGQUIT"
     assert worker[1:] == ["celery", *WORKER_ARGS]
-    assert shlex.split(processes["beat"])[:4] == ["celery", "-A", "tasks", "beat"]
-    assert shlex.split(processes["flower"])[:4] == ["celery", "-A", "tasks", "flower"]
+    assert shlex.split(processes["beat"])[:4] == ["celery", "-A", "agent_worker.tasks", "beat"]
+    assert shlex.split(processes["flower"])[:4] == ["celery", "-A", "agent_worker.tasks", "flower"]
     assert shlex.split(processes["metrics"])[:2] == ["agent-worker", "metrics"]
 
 
@@ -910,7 +910,7 @@ def test_systemd_beat_flower_metrics_migrate() -> None:
     beat = read_unit(SYSTEMD / "agent-worker-beat.service")
     assert shlex.split(unit_value(beat, "Service", "ExecStart"))[1:5] == [
         "-A",
-        "tasks",
+        "agent_worker.tasks",
         "beat",
         "--loglevel",
     ]

@@ -1,7 +1,8 @@
 """``deploy/local/install.sh`` is quiet unless an installer fails: the demo's
 first screen used to be 60 lines of pip's warnings about this machine's
 package index configuration. The installers are replaced by fakes on PATH
-that print such warnings, so nothing is installed."""
+that print such warnings, so nothing is installed: the fake ``python3``'s
+``-m venv DIR`` makes a virtual environment whose ``python`` is the fake pip."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ def fake_bin(tmp_path: Path, pip_exit: int, missing: tuple[str, ...] = ()) -> Pa
         # What install.sh looks for before it calls apt-get: present, so no apt.
         **present,
         "apt-get": f'echo "$@" >> {tmp_path / "apt-get.args"}; echo {WARNING!r} >&2; exit 0',
-        "python": f"echo {WARNING!r} >&2; echo 'ERROR: no matching distribution' >&2; "
-                  f"exit {pip_exit}",
+        "pip": f"echo {WARNING!r} >&2; echo 'ERROR: no matching distribution' >&2; "
+               f"exit {pip_exit}",
+        # ``python3 -m venv DIR``: DIR/bin/python is the fake pip above.
+        "python3": f'mkdir -p "$3/bin" && cp {bin_dir / "pip"} "$3/bin/python"',
     }
     for name, body in scripts.items():
         path = bin_dir / name
@@ -44,7 +47,7 @@ def run_install(tmp_path: Path, pip_exit: int, missing: tuple[str, ...] = (),
     if bash is None:
         pytest.skip("bash not installed")
     env = {**os.environ, "PATH": f"{fake_bin(tmp_path, pip_exit, missing)}:{system_path}",
-           "TMPDIR": str(tmp_path)}
+           "TMPDIR": str(tmp_path), "AGENT_WORKER_VENV": str(tmp_path / "venv")}
     return subprocess.run([bash, str(ROOT / "deploy/local/install.sh")], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
 
@@ -69,7 +72,7 @@ def test_install_asks_apt_for_chromium_when_no_browser_is_installed(tmp_path: Pa
     tools install.sh itself uses are on PATH, so a real chromium is not found."""
     tools = tmp_path / "tools"
     tools.mkdir()
-    for name in ("mktemp", "dirname", "rm", "cat", "ls", "env"):
+    for name in ("mktemp", "dirname", "rm", "cat", "ls", "env", "mkdir", "cp"):
         found = shutil.which(name)
         assert found is not None, name
         (tools / name).symlink_to(found)
@@ -79,3 +82,12 @@ def test_install_asks_apt_for_chromium_when_no_browser_is_installed(tmp_path: Pa
     installs = [line.split() for line in (tmp_path / "apt-get.args").read_text().splitlines()
                 if line.startswith("install")]
     assert installs and "chromium" in installs[0], installs
+
+
+def test_install_puts_the_package_in_its_own_virtual_environment(tmp_path: Path) -> None:
+    """Never the machine's interpreter: the venv is made, and pip runs as its python."""
+    result = run_install(tmp_path, pip_exit=0)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "venv/bin/python").exists()
+    assert f"into {tmp_path / 'venv'}" in result.stdout
+    assert f". {tmp_path / 'venv'}/bin/activate" in result.stdout

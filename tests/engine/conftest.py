@@ -11,8 +11,8 @@ import pytest
 
 from agent_worker.agent import Agent, Registry
 from agent_worker.inprocess import InProcessWorker
-from store.base import RunRecord
-from store.sql import SqlStore
+from agent_worker.store.base import RunRecord
+from agent_worker.store.sql import SqlStore
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -20,8 +20,8 @@ from agent_worker.budget import MAX_WALL_SECONDS, BudgetLedger
 from agent_worker.engine import children
 from agent_worker.errors import InvalidInputError
 from agent_worker.messages import ModelRequest, ModelResponse
-from store.rows import runs
-from store.sql import SqlStore
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 from tests.principals import acting
 
 AGENT_LIMITS = Budget(max_laps=3, max_cost=Decimal("5"), max_input_tokens=10_000,

@@ -24,9 +24,9 @@ from agent_worker.engine.lap import run_lap
 from agent_worker.engine.newrun import admitted_run
 from agent_worker.errors import ChildLimitError, InvalidStateError
 from agent_worker.inprocess import InProcessWorker
-from store.base import RunUpdate
-from store.rows import runs
-from store.sql import SqlStore
+from agent_worker.store.base import RunUpdate
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 from tests.child_agents import CALLS
 
 

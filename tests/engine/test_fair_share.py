@@ -30,11 +30,11 @@ from agent_worker.fairshare import gate, policy
 from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.failures import RateLimitedError
 from agent_worker.settings import Settings
-from store import admitting
-from store.admitting import THROTTLED, AgentShare, Policy
-from store.base import DueLap, NewRun
-from store.rows import message_body, runs
-from store.sql import SqlStore
+from agent_worker.store import admitting
+from agent_worker.store.admitting import THROTTLED, AgentShare, Policy
+from agent_worker.store.base import DueLap, NewRun
+from agent_worker.store.rows import message_body, runs
+from agent_worker.store.sql import SqlStore
 from tests.engine.conftest import swept
 from tests.store_helpers import end_fair_share
 
@@ -263,7 +263,7 @@ def _bulk_runs(w: InProcessWorker, agent: str, tenant: str, n: int) -> list[str]
     message), in one transaction instead of ``n``: a lean test on a busy box."""
     from sqlalchemy import insert
 
-    from store.rows import checkpoints, messages, runs
+    from agent_worker.store.rows import checkpoints, messages, runs
 
     new = _new_run(w, agent, "", tenant)
     ids = [f"bulk-{i:04d}-{_uid()}" for i in range(n)]

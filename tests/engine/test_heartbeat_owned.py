@@ -17,8 +17,8 @@ from agent_worker import InProcessWorker
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.errors import LeaseLost
 from agent_worker.messages import Message
-from store.base import NewRun
-from store.sql import SqlStore
+from agent_worker.store.base import NewRun
+from agent_worker.store.sql import SqlStore
 from tests.store_helpers import delete_run
 
 

@@ -14,8 +14,8 @@ import pytest
 from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, register, tool, turn
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
-from store.sql import SqlStore
 
 _vendor_url: dict[str, str] = {}
 

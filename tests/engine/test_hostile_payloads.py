@@ -23,8 +23,8 @@ from agent_worker.errors import (
     ToolError,
 )
 from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
-from store.sql import SqlStore
 from tests.principals import acting
 
 FFFD = "\ufffd"

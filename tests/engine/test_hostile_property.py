@@ -19,9 +19,9 @@ from agent_worker.control import wait_for_signal_tool
 from agent_worker.errors import InvalidInputError, ToolError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
 from agent_worker.untrusted import check_name
-from store.sql import SqlStore
 from tests.principals import acting
 
 FFFD = "\ufffd"

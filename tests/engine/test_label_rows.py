@@ -16,9 +16,9 @@ from sqlalchemy import insert, select
 from agent_worker import InProcessWorker, ScriptedModel, turn
 from agent_worker.agent import Agent
 from agent_worker.errors import InvalidInputError
-from store.labelrows import run_labels
-from store.rows import runs
-from store.sql import SqlStore
+from agent_worker.store.labelrows import run_labels
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 
 
 def tagged(worker: InProcessWorker) -> InProcessWorker:

@@ -19,9 +19,9 @@ from sqlalchemy.exc import DBAPIError
 from agent_worker import InProcessWorker
 from agent_worker.agent import Registry
 from agent_worker.principal import Principal
-from store import tenancy
-from store.listing import RunFilter, _query, search_runs
-from store.sql import SqlStore
+from agent_worker.store import tenancy
+from agent_worker.store.listing import RunFilter, _query, search_runs
+from agent_worker.store.sql import SqlStore
 from tests.engine.test_label_rows import tagged
 
 TAG = uuid.uuid4().hex[:8]

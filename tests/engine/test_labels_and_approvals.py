@@ -13,7 +13,7 @@ from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
 from agent_worker.errors import InvalidInputError
 from agent_worker.messages import ModelRequest, ModelResponse
-from store.sql import SqlStore
+from agent_worker.store.sql import SqlStore
 from tests.principals import acting
 
 #: What the vendor saw: (idempotency key, amount). It dedups on the key.

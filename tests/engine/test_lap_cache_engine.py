@@ -11,7 +11,7 @@ import pytest
 from agent_worker import Agent, Budget, ScriptedModel, tool, turn
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.messages import ModelRequest, ModelResponse
-from store.sql import SqlStore
+from agent_worker.store.sql import SqlStore
 
 
 @tool

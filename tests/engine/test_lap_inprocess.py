@@ -22,9 +22,9 @@ from agent_worker.inprocess import LocalQueue
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings
-from store.base import DueLap
-from store.migrate import upgrade
-from store.sql import SqlStore
+from agent_worker.store.base import DueLap
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
 from tests.principals import acting
 
 
@@ -171,7 +171,7 @@ def test_newer_checkpoint_schema_is_refused_and_marked_for_attention(
         worker: InProcessWorker) -> None:
     from sqlalchemy import update
 
-    from store.rows import checkpoints
+    from agent_worker.store.rows import checkpoints
 
     _agent("t-schema", lambda r: turn("ok"))
     run = worker.start_run("t-schema", "go")
@@ -263,7 +263,7 @@ def test_checkpoint_of_the_previous_schema_version_is_migrated_and_resumed(
         worker: InProcessWorker) -> None:
     from sqlalchemy import update
 
-    from store.rows import checkpoints
+    from agent_worker.store.rows import checkpoints
 
     seen: list[str] = []
 
@@ -308,7 +308,8 @@ def test_a_lap_stores_no_flag_that_is_off_and_no_key_it_can_derive(
     assert first.meta == {"usage": {"input_tokens": 100, "output_tokens": 20},
                           "model": "scripted"}
     assert last.meta is not None and last.meta["stop_reason"] == "end_turn"
-    commits = [e.data for e in worker.events(run.id) if e.kind == "lap_committed"]
+    commits = [e.data for e in worker.events(run.id)
+               if e.kind == "lap_committed" and e.data is not None]
     assert [[m["step"] for m in d["trace"]] for d in commits] == [
         ["model", "tool", "commit"], ["model", "commit"]]
     for data in commits:

@@ -31,9 +31,9 @@ from agent_worker.errors import (
 )
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import Tool, ToolContext
-from store.rows import runs
-from store.sql import SqlStore
 from tests.engine.conftest import OwnRunsWorker
 from tests.principals import acting
 

@@ -47,11 +47,11 @@ from agent_worker.engine.lap import run_lap
 from agent_worker.errors import AgentWorkerError, MalformedModelOutputError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
+from agent_worker.store.base import TERMINAL, ApprovalRecord, DueLap
+from agent_worker.store.db import make_engine
+from agent_worker.store.rows import effects, events, runs
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
-from store.base import TERMINAL, ApprovalRecord, DueLap
-from store.db import make_engine
-from store.rows import effects, events, runs
-from store.sql import SqlStore
 from tests.principals import acting
 from tests.store_helpers import end_unfinished_runs
 

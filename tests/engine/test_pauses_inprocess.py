@@ -35,9 +35,9 @@ from agent_worker.errors import AlreadyDecidedError, InvalidStateError
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, model_turns, turn
+from agent_worker.store.rows import signals
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext, tool
-from store.rows import signals
-from store.sql import SqlStore
 from tests.conftest import LockstepClock
 from tests.engine.conftest import OwnRunsWorker
 from tests.principals import acting

@@ -25,10 +25,10 @@ from agent_worker.errors import ConfigurationError, InvalidInputError, Permissio
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.principal import Principal
 from agent_worker.settings import Settings
-from store.admitting import THROTTLED, AgentShare, Policy
-from store.ratelimit import Rate, rate_charges
-from store.rows import runs
-from store.sql import SqlStore
+from agent_worker.store.admitting import THROTTLED, AgentShare, Policy
+from agent_worker.store.ratelimit import Rate, rate_charges
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 from tests.engine.conftest import swept
 from tests.engine.test_fair_share import _new_run, admit_racing
 from tests.engine.test_schedules import Clock

@@ -18,8 +18,8 @@ from agent_worker.agent import Agent, Registry
 from agent_worker.errors import InvalidStateError, StateLimitError, UnknownRunError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.state_toolkit import state_tools
-from store.sql import SqlStore
-from store.state import state_edits
+from agent_worker.store.sql import SqlStore
+from agent_worker.store.state import state_edits
 from tests.principals import acting
 
 SEEN: list[ModelRequest] = []

@@ -28,9 +28,9 @@ from agent_worker.errors import (
 )
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
-from store.schedtypes import Fire, Firing
-from store.schedules import schedules
-from store.sql import SqlStore
+from agent_worker.store.schedtypes import Fire, Firing
+from agent_worker.store.schedules import schedules
+from agent_worker.store.sql import SqlStore
 
 
 class Order(BaseModel):

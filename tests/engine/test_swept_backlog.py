@@ -14,8 +14,8 @@ import pytest
 
 from agent_worker import InProcessWorker, ScriptedModel, turn
 from agent_worker.agent import Agent, Registry
-from store.base import Store
-from store.sql import SqlStore
+from agent_worker.store.base import Store
+from agent_worker.store.sql import SqlStore
 from tests.conftest import DatabaseClock
 from tests.engine.conftest import OwnRunsWorker, swept
 from tests.store import runs as runs_helper

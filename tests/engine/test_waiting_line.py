@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from store import admitting
-from store.admitting import PER_TENANT, THROTTLED
-from store.migrate import upgrade
-from store.rows import runs
-from store.sql import SqlStore
+from agent_worker.store import admitting
+from agent_worker.store.admitting import PER_TENANT, THROTTLED
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 
 
 @pytest.fixture

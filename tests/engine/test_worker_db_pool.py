@@ -13,9 +13,9 @@ from sqlalchemy import event
 from sqlalchemy.pool import QueuePool
 
 from agent_worker.settings import Settings
-from store.sql import SqlStore
-from tasks.dbpool import OVERFLOW
-from tasks.runtime import system_store
+from agent_worker.store.sql import SqlStore
+from agent_worker.tasks.dbpool import OVERFLOW
+from agent_worker.tasks.runtime import system_store
 
 THREADS = 16
 

@@ -14,14 +14,14 @@ import psycopg
 import pytest
 from sqlalchemy import func, select
 
+from agent_worker.store import rollup
+from agent_worker.store.listing import RunFilter, search_runs
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.rows import approvals
+from agent_worker.store.sql import SqlStore
 from bench.common import create_database, drop_database, libpq_url, sa_url
 from bench.scrape_totals import full, rolled
 from bench.seed import FILLED, Shape, run_id, seed
-from store import rollup
-from store.listing import RunFilter, search_runs
-from store.migrate import upgrade
-from store.rows import approvals
-from store.sql import SqlStore
 
 pytestmark = pytest.mark.integration
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from agent_worker.demo.vendor import VendorProcess, start_vendor
-from store.base import RunRecord
-from store.sql import SqlStore
+from agent_worker.store.base import RunRecord
+from agent_worker.store.sql import SqlStore
 from tests.store_helpers import delete_run
 from tests.support import ROOT, TEST_AGENTS, Proc, wait_for
 
@@ -160,7 +160,7 @@ def _in_process_env(env: dict[str, str], broker_url: str) -> Iterator[None]:
     """This process's settings and default client point where the subprocesses' do."""
     import agent_worker.api as api
     from agent_worker.settings import get_settings
-    from tasks import app
+    from agent_worker.tasks import app
 
     mp = pytest.MonkeyPatch()
     for k, v in env.items():
@@ -186,14 +186,15 @@ def test_db_upgrade_and_launch_commands(cli: Cli) -> None:
     db = cli("db", "upgrade", "--json").json
     assert db["revision"] and "@" in db["database"]
     argv = cli("worker", "--dry-run", "--json", "--concurrency", "3").json["argv"]
-    assert argv[1:6] == ["-m", "celery", "-A", "tasks", "worker"]
+    assert argv[1:6] == ["-m", "celery", "-A", "agent_worker.tasks", "worker"]
     queues = argv[argv.index("--queues") + 1].split(",")
     assert "laps.loop.v1" in queues and "laps.refund-desk.v1" in queues and "maint" in queues
     assert argv[-2:] == ["--concurrency", "3"], "extra arguments pass through"
     custom = cli("worker", "--dry-run", "--json", "-Q", "only", inproc=True).json["argv"]
     assert "--queues" not in custom and custom[-2:] == ["-Q", "only"]
     beat = cli("beat", "--dry-run", "--json", "--schedule", "/tmp/s.db").json["argv"]
-    assert beat[4:6] == ["tasks", "beat"] and beat[beat.index("--schedule") + 1] == "/tmp/s.db"
+    assert beat[4:6] == ["agent_worker.tasks", "beat"]
+    assert beat[beat.index("--schedule") + 1] == "/tmp/s.db"
 
 
 def test_bad_input_exit_codes(cli: Cli) -> None:
@@ -301,7 +302,7 @@ def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) ->
     # An agent that declares a plan in its checkpoint: progress shows against it.
     from sqlalchemy import select, update
 
-    from store.rows import checkpoints
+    from agent_worker.store.rows import checkpoints
 
     with cli.store.engine.begin() as conn:
         where = (checkpoints.c.run_id == "cli-loop-1", checkpoints.c.lap == 3)

@@ -1,4 +1,4 @@
-"""Exactly-once side effects through real ``celery -A tasks worker`` processes,
+"""Exactly-once side effects through real ``celery -A agent_worker.tasks worker`` processes,
 Postgres, Redis and a vendor process (issue 3's acceptance).
 
 Each test kills pool children with armed fault points (``agent_worker.faults``)
@@ -24,7 +24,7 @@ from agent_worker.api import AgentWorker
 from agent_worker.constants import compensation_key, effect_key
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.faults import POINTS
-from store.base import RunRecord
+from agent_worker.store.base import RunRecord
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.principals import acting
 from tests.support import Fleet, supervised, wait_for

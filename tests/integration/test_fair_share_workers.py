@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from agent_worker.api import AgentWorker
-from store.admitting import THROTTLED
+from agent_worker.store.admitting import THROTTLED
 from tests.support import Fleet, wait_for
 
 pytestmark = pytest.mark.integration

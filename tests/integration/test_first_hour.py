@@ -2,9 +2,10 @@
 the README's two set-up commands, then the README's "first hour" walkthrough
 commands in order. Any non-zero exit or traceback fails it.
 
-The clone gets its own virtualenv (``--system-site-packages``, so ``pip install
--e`` goes there and needs no download) with its ``bin`` first on PATH: the
-machine's shared editable install is never repointed. It runs on the test
+The clone's ``.venv`` (where install.sh installs) is made here first, with this
+test's own environment's packages on its path (a ``.pth`` line), so install.sh's
+``pip install -e`` finds every dependency there and needs no download; the
+editable install it makes is the clone's own. It runs on the test
 session's database and Redis database; ``AGENT_WORKER_DEMO_RUNS`` shortens the
 demo to two runs (the SIGKILL and the recovery still happen), and test.sh gets
 one small test file as its pytest arguments, as the README allows.
@@ -16,13 +17,12 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
+from tests.support import ROOT, seeded_venv
 from tests.support_docs import readme_walkthrough
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -61,11 +61,9 @@ def test_first_hour_on_a_fresh_clone(database_url: str, broker_url: str,
             if os.environ.get("CI"):
                 pytest.fail(f"port {port} is taken; the demo's {who} needs it")
             pytest.skip(f"port {port} is taken on this machine (another {who})")
-    clone, venv = tmp_path / "agent-worker", tmp_path / "venv"
+    clone = tmp_path / "agent-worker"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=60)
-    # No pip of its own: the system's pip, run by the venv's python, installs into the venv.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True, timeout=120)
+    venv = seeded_venv(clone / ".venv")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AGENT_WORKER_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(PATH=f"{venv / 'bin'}:{os.environ['PATH']}", VIRTUAL_ENV=str(venv),

@@ -30,7 +30,8 @@ def free_port() -> int:
 @pytest.fixture
 def flower(worker_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     port = free_port()
-    proc = Proc([sys.executable, "-m", "celery", "-A", "tasks", "flower", f"--port={port}",
+    proc = Proc([sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "flower",
+                 f"--port={port}",
                  "--address=127.0.0.1"],
                 {**worker_env, "FLOWER_BASIC_AUTH": ":".join(AUTH)},
                 tmp_path / "flower.log").start()

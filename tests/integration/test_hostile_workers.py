@@ -1,4 +1,4 @@
-"""Hostile text through real ``celery -A tasks worker`` processes on Postgres
+"""Hostile text through real ``celery -A agent_worker.tasks worker`` processes on Postgres
 (issue 13): a tool whose effect lands and whose answer Postgres cannot store as
 sent (U+0000, a lone surrogate) must not strand the run behind the payment."""
 

@@ -1,4 +1,4 @@
-"""The durable lap loop through real ``celery -A tasks worker`` processes."""
+"""The durable lap loop through real ``celery -A agent_worker.tasks worker`` processes."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def test_whole_worker_sigkilled_mid_lap(aw: AgentWorker, fleet: Fleet) -> None:
 
 def test_duplicate_lap_message_commits_once(aw: AgentWorker, fleet: Fleet) -> None:
     """Two workers handed the same lap at once: one claims, the other skips."""
-    from store.base import DueLap
-    from tasks.dispatch import CeleryDispatcher
+    from agent_worker.store.base import DueLap
+    from agent_worker.tasks.dispatch import CeleryDispatcher
 
     fleet.worker(concurrency=1)
     fleet.worker(concurrency=1)

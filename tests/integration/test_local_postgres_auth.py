@@ -119,7 +119,7 @@ def test_scram_a_private_password_and_an_app_role_that_is_not_superuser(
     # The migrations run as the app role, in a database it created.
     env = {**checkout.env, "PYTHONPATH": str(ROOT)}
     url = f"postgresql+psycopg://agent_worker@127.0.0.1:{checkout.port}/aw_auth_check"
-    migrated = subprocess.run(["python", "-c", f"from store.migrate import upgrade; "
+    migrated = subprocess.run(["python", "-c", f"from agent_worker.store.migrate import upgrade; "
                                                f"upgrade({url!r})"],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
                               check=False)

@@ -31,8 +31,8 @@ from agent_worker.metrics import lap_seconds
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings
-from store.base import TERMINAL, DueLap
-from store.sql import SqlStore
+from agent_worker.store.base import TERMINAL, DueLap
+from agent_worker.store.sql import SqlStore
 from tests.store_helpers import delete_run
 from tests.support import ROOT, Proc, wait_for
 

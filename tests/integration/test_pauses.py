@@ -27,8 +27,8 @@ from agent_worker.api import AgentWorker
 from agent_worker.budget import Budget
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.errors import AlreadyDecidedError
-from store.rows import runs
-from store.sql import SqlStore
+from agent_worker.store.rows import runs
+from agent_worker.store.sql import SqlStore
 from tests.agents import OffsetClock
 from tests.conftest import DatabaseClock
 from tests.principals import acting

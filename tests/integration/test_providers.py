@@ -13,7 +13,7 @@ import redis
 from sqlalchemy import text
 
 from agent_worker.api import AgentWorker
-from store.db import make_engine
+from agent_worker.store.db import make_engine
 from tests.fakes.fake_server import FakeLLMServer
 from tests.support import Fleet
 

@@ -211,14 +211,23 @@ def host(command: str, env: Env) -> None:
         assert glob.glob(str(ROOT / "deploy/.env.example"))
 
 
+def in_the_embedding_test(command: str, env: Env) -> None:
+    """An application's own app (README, "Add agent-worker to your
+    application"): the embedding test starts it from such a folder."""
+    test = (ROOT / "tests/integration/test_embedding.py").read_text()
+    assert '"-m", "celery", "-A", "tasks", *args' in test
+    assert f'celery("{command.split()[-1]}"' in test
+
+
 RULES: list[tuple[str, Check]] = [
     (r"agent-worker db upgrade|agent-worker runs list --stale"
      r"|agent-worker runs list --agent-version OLD --status running"
      r"|deploy/local/services\.sh start", run),
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
      r"|agent-worker console --host 127\.0\.0\.1 --port 8090"
-     r"|celery -A tasks (flower --port=5555 --address=127.0.0.1|beat --loglevel INFO"
+     r"|celery -A agent_worker.tasks (flower --port=5555 --address=127.0.0.1|beat --loglevel INFO"
      r"|worker --loglevel INFO --without-mingle)", serve),
+    (r"celery -A tasks (worker|beat)", in_the_embedding_test),
     (r"deploy/local/(demo|test|install)\.sh", first_hour),
     (r"deploy/local/test\.sh .+|python -m pytest .+", pytest_args),
     (r"make [a-z -]+", make_dry),

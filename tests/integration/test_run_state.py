@@ -1,4 +1,4 @@
-"""Issue 18 through real ``celery -A tasks worker`` processes: an agent writes
+"""Issue 18 through real ``celery -A agent_worker.tasks worker`` processes: an agent writes
 its plan and facts over 30 laps while whole workers are SIGKILLed mid-lap and
 an operator's ``update_state`` races a lap in flight; every lap's state is
 exactly what that lap wrote."""
@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 
 from agent_worker.api import AgentWorker
-from store.sql import SqlStore
-from store.state import state_edits
+from agent_worker.store.sql import SqlStore
+from agent_worker.store.state import state_edits
 from tests.conftest import DatabaseClock
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.support import Fleet, Proc, lease_holder, wait_for

@@ -36,7 +36,8 @@ SECOND = timedelta(seconds=1)
 
 def _beat(fleet: Fleet, tmp_path: Path, n: int) -> Proc:
     """A beat with a log of its own (``Fleet.beat`` shares one)."""
-    p = Proc([sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
+    p = Proc([sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "beat",
+              "--loglevel", "INFO",
               "-s", str(tmp_path / f"beat{n}.db")], {**fleet.env, **TIMING},
              tmp_path / f"beat{n}.log").start()
     fleet.procs.append(p)

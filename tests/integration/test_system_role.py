@@ -23,10 +23,10 @@ from agent_worker.inprocess import InProcessWorker, LocalQueue
 from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings, get_settings
-from store import tenancy
-from store.db import make_engine
-from store.sql import SqlStore
-from tasks.runtime import WorkerRuntime, system_store
+from agent_worker.store import tenancy
+from agent_worker.store.db import make_engine
+from agent_worker.store.sql import SqlStore
+from agent_worker.tasks.runtime import WorkerRuntime, system_store
 from tests.support import unavailable
 
 pytestmark = pytest.mark.integration

@@ -42,10 +42,10 @@ from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.principal import Principal, default_principal
 from agent_worker.settings import get_settings
+from agent_worker.store import tenancy
+from agent_worker.store.db import make_engine
+from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext, tool
-from store import tenancy
-from store.db import make_engine
-from store.sql import SqlStore
 from tests.support import ROOT
 
 pytestmark = pytest.mark.integration

@@ -27,9 +27,9 @@ from agent_worker.api import AgentWorker
 from agent_worker.constants import MAINT_QUEUE
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.metrics import registry_for
-from store.rows import served_versions
-from store.sql import SqlStore
-from tasks.routing import lap_queue
+from agent_worker.store.rows import served_versions
+from agent_worker.store.sql import SqlStore
+from agent_worker.tasks.routing import lap_queue
 from tests.agents import OffsetClock
 from tests.conftest import DatabaseClock
 from tests.integration.test_lap_loop import assert_laps_exactly_once

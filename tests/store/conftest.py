@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from store.migrate import upgrade
-from store.sql import SqlStore
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
 from tests.conftest import new_database
 
 
@@ -29,7 +29,7 @@ def own_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlSto
 def _store_on(request: pytest.FixtureRequest, tmp_path: Path,
               postgres_url_fixture: str) -> Iterator[SqlStore]:
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
+        url = f"sqlite:///{tmp_path / 'agent_worker.store.db'}"
         upgrade(url)
     else:
         url = request.getfixturevalue(postgres_url_fixture)

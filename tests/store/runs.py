@@ -7,8 +7,8 @@ import uuid
 from datetime import datetime
 
 from agent_worker.messages import Message
-from store.base import Claim, NewRun
-from store.sql import SqlStore
+from agent_worker.store.base import Claim, NewRun
+from agent_worker.store.sql import SqlStore
 
 
 def start(store: SqlStore, now: datetime, *, prefix: str, tenant: str | None = None) -> str:

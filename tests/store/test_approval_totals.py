@@ -14,12 +14,12 @@ import pytest
 from alembic import command
 from sqlalchemy import Connection, delete, func, inspect, select
 
-from store import rollup, stats
-from store.base import ApprovalRecord
-from store.migrate import alembic_config, upgrade
-from store.pauses import insert_approvals
-from store.rows import approvals
-from store.sql import SqlStore
+from agent_worker.store import rollup, stats
+from agent_worker.store.base import ApprovalRecord
+from agent_worker.store.migrate import alembic_config, upgrade
+from agent_worker.store.pauses import insert_approvals
+from agent_worker.store.rows import approvals
+from agent_worker.store.sql import SqlStore
 from tests.store_helpers import new_run
 
 BEFORE = "0019_waiting_line"

@@ -21,10 +21,10 @@ from agent_worker.errors import (
     LeaseLost,
 )
 from agent_worker.messages import Message
+from agent_worker.store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
+from agent_worker.store.rows import checkpoints, messages
+from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import WaitingFor
-from store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
-from store.rows import checkpoints, messages
-from store.sql import SqlStore
 from tests.conftest import DatabaseClock
 from tests.store_helpers import sent_to_postgres
 
@@ -216,7 +216,7 @@ def test_lap_commit_restores_a_journal_lost_in_a_crash(store: SqlStore) -> None:
     journal that survived is not duplicated."""
     from sqlalchemy import delete
 
-    from store.rows import messages
+    from agent_worker.store.rows import messages
 
     for lost in (False, True):
         rid = _uid("journal")

@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agent_worker.messages import Message
-from store.base import NewRun
-from store.sql import SqlStore
+from agent_worker.store.base import NewRun
+from agent_worker.store.sql import SqlStore
 
 SKEW = timedelta(minutes=5)
 

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from agent_worker.metrics import SETTLE, EventCounters
-from store import stats
-from store.rows import events
-from store.sql import SqlStore
+from agent_worker.store import stats
+from agent_worker.store.rows import events
+from agent_worker.store.sql import SqlStore
 
 
 def _lap(store: SqlStore, run_id: str, at: datetime) -> None:

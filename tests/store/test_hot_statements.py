@@ -20,11 +20,11 @@ from sqlalchemy.exc import DataError, StatementError
 from sqlalchemy.sql import Executable
 
 from agent_worker.messages import Message, ToolCall
-from store import hotconn, hotsql, lapcommit, statements, tenancy
-from store.base import LapCommit, NewRun, RunUpdate
-from store.models import UTCDateTime
-from store.pgtypes import bind_converter, result_converter
-from store.sql import SqlStore
+from agent_worker.store import hotconn, hotsql, lapcommit, statements, tenancy
+from agent_worker.store.base import LapCommit, NewRun, RunUpdate
+from agent_worker.store.models import UTCDateTime
+from agent_worker.store.pgtypes import bind_converter, result_converter
+from agent_worker.store.sql import SqlStore
 
 NOW = datetime(2026, 12, 2, 9, 30, 15, 123456, tzinfo=UTC)
 
@@ -255,7 +255,7 @@ def test_a_disconnect_is_retried_once_on_a_fresh_connection(
                          .replace("+psycopg", ""), autocommit=True) as admin:
         for pid in pids:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    with caplog.at_level(logging.WARNING, logger="store.retry"):
+    with caplog.at_level(logging.WARNING, logger="agent_worker.store.retry"):
         claim = pg_store.claim(rid, 1, owner="w", now=NOW, lease_seconds=30, window_messages=10)
     assert claim is not None
     retried = [r for r in caplog.records if "transient database error" in r.getMessage()]

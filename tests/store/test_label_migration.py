@@ -13,7 +13,7 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, text
 
-from store.migrate import alembic_config, upgrade
+from agent_worker.store.migrate import alembic_config, upgrade
 from tests.support import wait_for
 
 BEFORE = "0015_scale_indexes"

@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import Connection, Engine, event
 
 from agent_worker.messages import Message
-from store import hotsql, statements
-from store.base import Claim, LapCommit, NewRun, RunUpdate
-from store.migrate import upgrade
-from store.sql import SqlStore
+from agent_worker.store import hotsql, statements
+from agent_worker.store.base import Claim, LapCommit, NewRun, RunUpdate
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
 
 NOW = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
 WINDOW = 3

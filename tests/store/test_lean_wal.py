@@ -24,11 +24,11 @@ from sqlalchemy import Connection, create_engine, func, select, text
 
 from agent_worker.errors import LeaseLost
 from agent_worker.messages import Message
-from store import hotsql, lapcommit
-from store.base import Claim, LapCommit, RunUpdate
-from store.migrate import upgrade
-from store.rows import message_body, messages
-from store.sql import SqlStore
+from agent_worker.store import hotsql, lapcommit
+from agent_worker.store.base import Claim, LapCommit, RunUpdate
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.rows import message_body, messages
+from agent_worker.store.sql import SqlStore
 from tests.store import runs as runs_helper
 from tests.support import wait_for
 
@@ -239,7 +239,7 @@ def test_the_lap_columns_move_last_with_every_value(empty_db: str) -> None:
     upgrade(empty_db)
     after, order, totals_after = _runs(empty_db)
     assert after == before
-    migration = import_module("store.migrations.versions.0022_lap_columns_last")
+    migration = import_module("agent_worker.store.migrations.versions.0022_lap_columns_last")
     assert order[-len(migration.LAP_COLUMNS):] == [c for c, _, _ in migration.LAP_COLUMNS]
     engine = create_engine(empty_db)
     with engine.begin() as c:  # the re-created trigger: a run settling adds deltas

@@ -12,8 +12,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-from store.migrate import MIGRATIONS, alembic_config, current, upgrade
-from store.models import Base
+from agent_worker.store.migrate import MIGRATIONS, alembic_config, current, upgrade
+from agent_worker.store.models import Base
 
 
 def _revisions() -> list[str]:

@@ -16,9 +16,9 @@ import pytest
 from psycopg import sql
 from sqlalchemy import text
 
-from store import streamfeed
-from store.sql import SqlStore
-from store.streamfeed import PgEventWaiter, channel
+from agent_worker.store import streamfeed
+from agent_worker.store.sql import SqlStore
+from agent_worker.store.streamfeed import PgEventWaiter, channel
 from tests.store import runs as runs_helper
 
 NOW = datetime(2026, 12, 5, 5, 0, tzinfo=UTC)

@@ -15,13 +15,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import select, text
 
 from agent_worker.messages import Message
-from store import lapcommit, statements
-from store.base import Claim, LapCommit, RunUpdate
-from store.listing import RunFilter, search_runs
-from store.migrate import alembic_config, upgrade
-from store.rows import runs
-from store.runpages import status_counts
-from store.sql import SqlStore
+from agent_worker.store import lapcommit, statements
+from agent_worker.store.base import Claim, LapCommit, RunUpdate
+from agent_worker.store.listing import RunFilter, search_runs
+from agent_worker.store.migrate import alembic_config, upgrade
+from agent_worker.store.rows import runs
+from agent_worker.store.runpages import status_counts
+from agent_worker.store.sql import SqlStore
 from tests.store import runs as runs_helper
 
 NOW = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)

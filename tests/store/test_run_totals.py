@@ -18,14 +18,14 @@ from sqlalchemy import Connection, func, select, text, update
 
 from agent_worker.messages import Message
 from agent_worker.settings import get_settings
+from agent_worker.store import rollup, stats
+from agent_worker.store.base import ApprovalRecord, LapCommit, RunUpdate
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.pauses import insert_approvals
+from agent_worker.store.rows import runs
+from agent_worker.store.runstatus import shown_column
+from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import RUNNABLE, RunStatus
-from store import rollup, stats
-from store.base import ApprovalRecord, LapCommit, RunUpdate
-from store.migrate import upgrade
-from store.pauses import insert_approvals
-from store.rows import runs
-from store.runstatus import shown_column
-from store.sql import SqlStore
 from tests.store_helpers import new_run
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -166,7 +166,7 @@ def test_migration_backfills_and_downgrades(tmp_path: Path) -> None:
         _check(store)
         from alembic import command
 
-        from store.migrate import alembic_config
+        from agent_worker.store.migrate import alembic_config
 
         command.downgrade(alembic_config(url), "0015_scale_indexes")
         store.create_run(new_run("mig-3", "mig", now=NOW))  # no trigger left behind

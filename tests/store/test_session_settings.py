@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, text
 
-from store.db import make_engine
+from agent_worker.store.db import make_engine
 
 
 @pytest.fixture

@@ -14,9 +14,9 @@ import pytest
 
 from agent_worker.errors import InvalidStateError
 from agent_worker.messages import Message
-from store.base import LapCommit, RunUpdate
-from store.migrate import upgrade
-from store.sql import SqlStore
+from agent_worker.store.base import LapCommit, RunUpdate
+from agent_worker.store.migrate import upgrade
+from agent_worker.store.sql import SqlStore
 from tests.store.test_conformance import NOW, _new
 
 

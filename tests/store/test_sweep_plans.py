@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy import text
 
-from store import sweeping
-from store.sql import SqlStore
+from agent_worker.store import sweeping
+from agent_worker.store.sql import SqlStore
 
 
 def test_a_sweepers_connection_never_runs_a_generic_plan(pg_store: SqlStore) -> None:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent_worker.settings import get_settings
-from tasks import runtime as worker_runtime
+from agent_worker.tasks import runtime as worker_runtime
 
 SizedWorker = Callable[[str | type, object], worker_runtime.WorkerRuntime]
 

@@ -38,6 +38,8 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
 
 def _module(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] in ("tasks", "store"):  # installed under agent_worker (pyproject.toml)
+        parts.insert(0, "agent_worker")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 import pytest
 from celery.concurrency.thread import TaskPool as ThreadsPool
 
-from store.lapcache import DEFAULT_RUNS, Known, LapCache, runs_to_keep
-from tasks import runtime as worker_runtime
+from agent_worker.store.lapcache import DEFAULT_RUNS, Known, LapCache, runs_to_keep
+from agent_worker.tasks import runtime as worker_runtime
 from tests.unit.conftest import SizedWorker
 
 CREATED = datetime(2026, 12, 5, tzinfo=UTC)

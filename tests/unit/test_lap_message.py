@@ -12,9 +12,9 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 from kombu import Connection, Queue
 
-from store.base import DueLap
-from tasks.dispatch import CeleryDispatcher
-from tasks.routing import lap_queue
+from agent_worker.store.base import DueLap
+from agent_worker.tasks.dispatch import CeleryDispatcher
+from agent_worker.tasks.routing import lap_queue
 
 
 @pytest.mark.parametrize("run_id", ["run-1", "rün-ü-2", "x" * 200])

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from agent_worker.cli.views import LapBook
 from agent_worker.messages import Message, ToolCall
-from store.base import EffectRecord, EventRecord, StoredMessage
+from agent_worker.store.base import EffectRecord, EventRecord, StoredMessage
 
 AT = datetime(2026, 11, 30, tzinfo=UTC)
 

@@ -15,7 +15,7 @@ from agent_worker.model.protocol import ModelClient
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.runtime import Runtime
 from agent_worker.settings import get_settings
-from tasks.runtime import WorkerRuntime
+from agent_worker.tasks.runtime import WorkerRuntime
 
 
 @pytest.fixture

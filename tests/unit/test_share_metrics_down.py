@@ -14,8 +14,8 @@ import pytest
 from agent_worker.metrics import registry_for
 from agent_worker.settings import Settings
 from agent_worker.sharemetrics import ShareCollector
-from store import stats
-from store.sharing import QueueLine
+from agent_worker.store import stats
+from agent_worker.store.sharing import QueueLine
 
 
 def _samples(registry: Any) -> dict[str, float]:

@@ -12,7 +12,7 @@ from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint
 from agent_worker.engine.window import build_request
 from agent_worker.messages import Message, ToolCall, token_estimate
-from store.base import StoredMessage
+from agent_worker.store.base import StoredMessage
 
 
 def _agent(tokens: int, messages: int = 40) -> Agent:

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent_worker.settings import Settings
-from tasks.garbage import tune
+from agent_worker.tasks.garbage import tune
 
 
 @pytest.fixture

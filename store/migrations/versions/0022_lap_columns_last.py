@@ -72,7 +72,7 @@ def _aside(column: str) -> str:
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    totals = import_module("store.migrations.versions.0017_metrics_rollup")
+    totals = import_module("agent_worker.store.migrations.versions.0017_metrics_rollup")
     update_trigger = next(ddl for ddl in totals.PG_TRIGGERS if "run_totals_update" in ddl)
     op.execute("DROP TRIGGER run_totals_update ON runs")
     for column, _, _ in LAP_COLUMNS:

@@ -71,6 +71,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
-        import_module("store.migrations.versions.0021_event_lock_once").upgrade()
+        import_module("agent_worker.store.migrations.versions.0021_event_lock_once").upgrade()
     op.drop_index('ix_event_followers_run', table_name='event_followers')
     op.drop_table('event_followers')
