@@ -467,13 +467,15 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         return self.get_run(run_id)
 
     @scoped
-    def retry(self, run_id: str) -> RunRecord:
+    def retry(self, run_id: str, *, by: str | None = None) -> RunRecord:
         """Resume a failed (or attention-needing) run from its last checkpoint.
+        (``by`` is deprecated and ignored: who did it is the handle's principal.)
 
         Raises:
             ReplayRefusedError: effects of the run were compensated, or its
                 history was pruned (``fork`` from an earlier lap instead).
         """
+        ignored_by("retry", by)
         run = self._visible(run_id)
         by = self._principal()
         self._authorize("retry", run)
@@ -485,11 +487,13 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         return self.get_run(run_id)
 
     @scoped
-    def raise_budget(self, run_id: str, **limits: Any) -> RunRecord:
+    def raise_budget(self, run_id: str, *, by: str | None = None, **limits: Any) -> RunRecord:
         """Raise a paused run's limits (e.g. ``max_laps=400``) and resume it.
 
         An operator verb (the ``raise_budget`` action): unlike
-        ``start_run(budget=...)`` it may lift the agent's limits."""
+        ``start_run(budget=...)`` it may lift the agent's limits. (``by`` is
+        deprecated and ignored: who did it is the handle's principal.)"""
+        ignored_by("raise_budget", by)
         by = self._principal()
         run = self._visible(run_id)
         self._authorize("raise_budget", run)
@@ -508,8 +512,11 @@ class AgentWorker(AccessControl, ScheduleVerbs, FairShareVerbs):
         return self.get_run(run_id)
 
     @scoped
-    def resolve_effect(self, key: str, *, applied: bool, result: Any = None) -> EffectRecord:
-        """A human's verdict on an effect whose outcome was unknown."""
+    def resolve_effect(self, key: str, *, applied: bool, result: Any = None,
+                       by: str | None = None) -> EffectRecord:
+        """A human's verdict on an effect whose outcome was unknown. (``by`` is
+        deprecated and ignored: who decided is the handle's principal.)"""
+        ignored_by("resolve_effect", by)
         ref(key, "effect", NotFoundError)
         by = self._principal()
         # Keys are ``run:lap:call[...]`` and run ids hold no ':'.
@@ -788,8 +795,8 @@ def cancel(run_id: str, *, reason: str, by: str | None = None) -> RunRecord:
     return client().cancel(run_id, reason=reason, by=by)
 
 
-def retry(run_id: str) -> RunRecord:
-    return client().retry(run_id)
+def retry(run_id: str, *, by: str | None = None) -> RunRecord:
+    return client().retry(run_id, by=by)
 
 
 def fork(run_id: str, lap: int, *, new_run_id: str | None = None, version: str | None = None,

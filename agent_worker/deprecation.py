@@ -33,10 +33,11 @@ def deprecated(message: str) -> None:
 
 
 def ignored_by(verb: str, by: str | None) -> None:
-    """The ``by=`` argument ``approve``, ``reject`` and ``cancel`` took until
-    the handle's principal replaced it (issue 16): still accepted, ignored,
-    with a warning. The audit log and the record say who from the principal,
-    never from an argument the caller could set to anyone."""
+    """The ``by=`` argument the decision verbs (approve, reject, cancel,
+    retry, raise_budget, resolve_effect) took until the handle's principal
+    replaced it: still accepted, ignored, with a warning. The audit log and
+    the record say who from the principal, never from an argument the caller
+    could set to anyone."""
     if by is None:
         return
     deprecated(f"{verb}(by=...) is deprecated and ignored, and will be removed in the next "

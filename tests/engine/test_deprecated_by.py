@@ -1,11 +1,12 @@
-"""``approve``, ``reject`` and ``cancel`` still take the ``by=`` they lost to
-the handle's principal (issue 16), for one minor version (issue 44): the
+"""The decision verbs still take the ``by=`` they lost to the handle's
+principal, for one minor version: the
 argument is ignored with a ``DeprecationWarning`` that names the replacement
 and points at the caller's line, and the record says who from the principal.
 On both dialects, through the handle's methods and the module-level verbs."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -16,6 +17,7 @@ import agent_worker
 import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
+from agent_worker.errors import AgentWorkerError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 from tests.principals import acting
@@ -100,3 +102,17 @@ def test_without_by_nothing_warns(w: InProcessWorker) -> None:
     """The configuration turns warnings into errors: no ``by``, no warning."""
     run_id = _waiting(w)
     assert acting(w, "ops@x").approve(run_id).decided_by == "ops@x"
+
+
+@pytest.mark.parametrize(("verb", "extra"), [
+    ("retry", {}), ("raise_budget", {"max_laps": 50}), ("resolve_effect", {"applied": True})])
+def test_the_other_verbs_take_by_with_the_warning(
+        w: InProcessWorker, verb: str, extra: dict[str, Any]) -> None:
+    """Accepted (no ``TypeError``) and warned about; whatever the verb then
+    says of this run's state is its own answer, not the argument's."""
+    run_id = _waiting(w)
+    target = f"{run_id}:1:0" if verb == "resolve_effect" else run_id
+    with pytest.warns(DeprecationWarning, match=verb + WARNS) as caught, \
+            contextlib.suppress(AgentWorkerError):
+        getattr(acting(w, "ops@x"), verb)(target, by="mallory", **extra)
+    assert [x.filename for x in caught] == [__file__]
