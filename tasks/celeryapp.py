@@ -39,7 +39,7 @@ from agent_worker.constants import (
 from agent_worker.deploy_checks import check_deploy_secrets
 from agent_worker.errors import ConfigurationError
 from agent_worker.settings import Settings, get_settings
-from agent_worker.tasks.routing import lap_queue, own_queue, served_pairs
+from agent_worker.tasks.routing import lap_queue, served_pairs
 
 #: Importing these registers our tasks (``shared_task``) and connects the
 #: worker signals (runtime per process, logging, served versions, GC).
@@ -72,7 +72,7 @@ def configure(app: Celery, *, settings: Settings | None = None) -> Celery:
     for module in TASK_MODULES:
         importlib.import_module(module)
     conf = app.conf
-    own = [own_queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [own_queue(MAINT_QUEUE)]
+    own = [Queue(lap_queue(n, v)) for n, v in served_pairs(s)] + [Queue(MAINT_QUEUE)]
     queues = list(conf.task_queues or [Queue(conf.task_default_queue)])
     named = {q.name for q in queues}
     conf.task_queues = queues + [q for q in own if q.name not in named]

@@ -5,8 +5,6 @@ run by the wrong code."""
 
 from __future__ import annotations
 
-from kombu import Exchange, Queue
-
 from agent_worker.agent import registry
 from agent_worker.constants import LAPS_QUEUE
 from agent_worker.settings import Settings
@@ -14,13 +12,6 @@ from agent_worker.settings import Settings
 
 def lap_queue(agent: str, version: str) -> str:
     return f"{LAPS_QUEUE}.{agent}.v{version}"
-
-
-def own_queue(name: str) -> Queue:
-    """A queue with a direct exchange of its own name: a queue given only a
-    name joins Celery's default exchange under its default routing key,
-    where every message sent to one such queue is copied into all of them."""
-    return Queue(name, Exchange(name, type="direct"), routing_key=name)
 
 
 def served_pairs(settings: Settings) -> list[tuple[str, str]]:

@@ -65,15 +65,6 @@ def test_our_task_options_win_over_the_applications_globals_and_annotations() ->
     assert lap.soft_time_limit == SETTINGS.lap_soft_time_limit_seconds
 
 
-def test_each_lap_queue_has_an_exchange_of_its_own() -> None:
-    """Queues given only a name share Celery's default exchange and routing
-    key, where a message sent to one is copied into every one of them."""
-    app = celeryapp.configure(app_with(), settings=SETTINGS)
-    ours = [q for q in app.conf.task_queues if q.name.startswith("laps.") or
-            q.name == MAINT_QUEUE]
-    assert ours and all(q.exchange.name == q.name == q.routing_key for q in ours)
-
-
 @pytest.mark.parametrize("conf", [
     {"accept_content": ["json", "pickle"]},
     {"task_serializer": "pickle"},
