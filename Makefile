@@ -1,4 +1,4 @@
-.PHONY: install lint typecheck test test-quick test-chaos demo bench
+.PHONY: install lint typecheck test test-quick test-chaos demo bench docs docs-build
 install:
 	deploy/local/install.sh
 lint:
@@ -15,3 +15,7 @@ demo:
 	deploy/local/demo.sh
 bench:
 	python -m bench.run
+docs:
+	mkdocs serve
+docs-build:
+	mkdocs build --strict --site-dir .data/site

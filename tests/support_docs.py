@@ -1,14 +1,19 @@
-"""The shell commands the READMEs show, as a reader would copy them: fenced
-``sh`` blocks, indented blocks, and inline code spans that start with a
-command. Shared by the README doc test and the first-hour test."""
+"""The shell commands the READMEs and the documentation site (docs/) show, as
+a reader would copy them: fenced ``sh`` blocks, indented blocks, and inline
+code spans that start with a command; and the site's Python examples. Shared
+by the README doc test, the docs examples test and the first-hour test."""
 
 from __future__ import annotations
 
 import re
+import textwrap
 
 from tests.support import ROOT
 
-DOCS = ("README.md", "deploy/README.md")
+#: Every page of the documentation site, in path order (docs/hooks/ is code).
+SITE_PAGES = tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md")
+                          if "hooks" not in p.parts))
+DOCS = ("README.md", "deploy/README.md", *SITE_PAGES)
 # An inline code span counts as a command when it starts with one of these.
 COMMAND_WORDS = ("agent-worker ", "celery ", "python ", "deploy/local/", "make ", "kubectl ",
                  "docker ", "systemctl ", "curl ")
@@ -48,7 +53,10 @@ def commands() -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     for doc in DOCS:
         text = (ROOT / doc).read_text()
-        blocks = fenced_blocks(text) + indented_blocks(text)
+        # Indented blocks outside fences only: a fenced Python example's
+        # indented lines are code, not commands.
+        blocks = fenced_blocks(text) + indented_blocks(re.sub(r"```.*?```", "", text,
+                                                              flags=re.S))
         found += [(doc, line) for block in blocks for line in block]
         found += [(doc, line) for line in inline_commands(text)]
     unique = list(dict.fromkeys(found))
@@ -59,3 +67,14 @@ def readme_walkthrough() -> list[str]:
     """The README's "The first hour" commands, in order."""
     blocks = fenced_blocks((ROOT / "README.md").read_text(), "The first hour")
     return [line for block in blocks for line in block]
+
+
+def python_blocks(text: str) -> list[str]:
+    """The fenced ``python`` blocks of a Markdown text, in order, dedented."""
+    return [textwrap.dedent(m.group(2)) for m in re.finditer(
+        r"^([ \t]*)```python\n(.*?)^\1```", text, re.S | re.M)]
+
+
+def read_docs() -> str:
+    """README.md and every site page, joined: for facts that may live on either."""
+    return "\n".join((ROOT / doc).read_text() for doc in ("README.md", *SITE_PAGES))

@@ -22,6 +22,11 @@ status=0
 # Lint and types first: cheap, and a failure here is the quickest to read.
 ruff check agent_worker tasks store tests bench || status=$?
 mypy || status=$?
+# The documentation site (docs/, mkdocs.yml): --strict fails on a broken link,
+# a missing page or a stale generated reference; quiet unless it fails.
+site="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$site" || status=$?
+rm -rf "$site"
 # --dist loadgroup: tests marked xdist_group (the browser tests, which share one
 # console, worker and browser per module) stay on one xdist worker; the rest
 # are spread as before.

@@ -1,4 +1,4 @@
-"""Safe deploy defaults (issue 16, item 6): Flower and the metrics endpoint bind
+"""Safe deploy defaults: Flower and the metrics endpoint bind
 loopback unless told otherwise, the demo's Flower password is random, and a
 placeholder password stops a process at start instead of guarding it."""
 
@@ -25,6 +25,7 @@ from agent_worker.deploy_checks import check_deploy_secrets, is_placeholder, url
 from agent_worker.errors import AgentWorkerError, PlaceholderSecretError
 from agent_worker.settings import Settings
 from tests.support import ROOT
+from tests.support_docs import read_docs
 
 DEPLOY = ROOT / "deploy"
 SYSTEMD = DEPLOY / "systemd"
@@ -139,8 +140,8 @@ def test_flower_binds_loopback_wherever_it_runs_on_a_host() -> None:
                     .splitlines() if line and not line.startswith("#"))
     assert "--address=${FLOWER_ADDRESS:-127.0.0.1}" in procfile["flower"]
     assert "--addr" not in procfile["metrics"], "the setting's loopback default applies"
-    readme = (ROOT / "README.md").read_text()
-    assert "celery -A agent_worker.tasks flower --port=5555 --address=127.0.0.1" in readme
+    docs = read_docs()  # README.md and the documentation site (docs/guides/fleet.md)
+    assert "celery -A agent_worker.tasks flower --port=5555 --address=127.0.0.1" in docs
     demo = (ROOT / "agent_worker/demo/orchestrate.py").read_text()
     assert '"--address=127.0.0.1"' in demo
 

@@ -1,5 +1,6 @@
-"""Every shell command README.md and deploy/README.md show is checked, so the
-READMEs cannot drift again (the README's Flower command crashed for months).
+"""Every shell command README.md, deploy/README.md and the documentation
+site's pages (docs/) show is checked, so the docs cannot drift again (the
+README's Flower command crashed for months).
 
 Each command matches exactly one rule below; a command no rule knows fails the
 test, so a new README command needs a check. How each kind is checked:
@@ -222,6 +223,7 @@ def in_the_embedding_test(command: str, env: Env) -> None:
 RULES: list[tuple[str, Check]] = [
     (r"agent-worker db upgrade|agent-worker runs list --stale"
      r"|agent-worker runs list --agent-version OLD --status running"
+     r"|agent-worker runs list --status failed"
      r"|deploy/local/services\.sh start", run),
     (r"agent-worker (worker --concurrency 8|beat|metrics( --port 9100)?)"
      r"|agent-worker console --host 127\.0\.0\.1 --port 8090"
@@ -238,8 +240,10 @@ RULES: list[tuple[str, Check]] = [
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
     (r"agent-worker console hash-password( --stdin)?", usage),
     (r"agent-worker runs follow RUN .*", usage),
-    (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN|runs list --parent RUN"
+    (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN( --laps)?|runs list --parent RUN"
      r"|submit [a-z-]+ .*)", usage),
+    (r"agent-worker (cancel RUN .*|approvals list|audit( .*)?)", usage),
+    (r"mkdocs (serve|build)( .*)?", usage),
     (r"(useradd|python3\.11 -m venv|/opt/agent-worker/venv/bin/pip|install|\$EDITOR|cp"
      r"|systemctl|docker compose|kubectl) .*|kubectl kustomize", host),
 ]
