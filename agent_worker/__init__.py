@@ -81,7 +81,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                          "fork", "get_run", "get_state", "list_runs", "reject", "retry",
                          "search_runs", "send_signal", "start_child", "start_run", "stream",
                          "update_state", "wait",
-                         # durable schedules (issue 19)
+                         # durable schedules
                          "delete_schedule", "list_schedules", "pause_schedule",
                          "resume_schedule", "schedule", "trigger_schedule"),
     "agent_worker.authorization": ("AccessRequest", "RoleAuthorizer"),

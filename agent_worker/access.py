@@ -1,5 +1,5 @@
 """Who acts, what they see, what they may do, and what is recorded: the part
-of ``AgentWorker`` that applies a principal (issue 16).
+of ``AgentWorker`` that applies a principal.
 
 A handle acts as one ``Principal``. Every verb runs inside ``scoped`` (its
 store transactions narrowed to the principal's tenant for row-level security,

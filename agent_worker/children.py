@@ -1,4 +1,4 @@
-"""What a tool returns to start child runs and wait for them (issue 19).
+"""What a tool returns to start child runs and wait for them.
 
 A tool cannot block until other runs finish: it returns ``StartChildren``
 (``ctx.start_children(...)`` builds one) and the engine does the rest. It

@@ -37,13 +37,13 @@ class ManualClock:
 
 
 class DatabaseClock:
-    """The database's time, on a host whose own clock may be wrong (issue 14,
-    bug 8). Read from the database every ``refresh_seconds`` and carried
-    forward on the monotonic clock, so neither a skewed nor a stepped wall
-    clock moves it. The deadlines a lap computes (a sleep's wake time, a
-    retry's backoff, an approval's timeout) and its own checks of them then
-    agree with the sweeper and the claim, which compare on the database's
-    clock in SQL."""
+    """The database's time, on a host whose own clock may be wrong (one whose
+    skew let a lease be taken early or outlive its worker). Read from the
+    database every ``refresh_seconds`` and carried forward on the monotonic
+    clock, so neither a skewed nor a stepped wall clock moves it. The deadlines
+    a lap computes (a sleep's wake time, a retry's backoff, an approval's
+    timeout) and its own checks of them then agree with the sweeper and the
+    claim, which compare on the database's clock in SQL."""
 
     def __init__(self, read: Callable[[], datetime], *, refresh_seconds: float = 30.0) -> None:
         self._read = read

@@ -1,4 +1,4 @@
-"""Fair share across a shared fleet (issue 17): every lap a process sends
+"""Fair share across a shared fleet: every lap a process sends
 passes through admission first (``store.admitting``).
 
 Caps come from four places: settings (fleet, default per tenant, per

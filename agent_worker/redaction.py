@@ -44,7 +44,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 # What each pattern above cannot match without, in ASCII text: every clause
 # (a tuple of substrings, any one of which will do) must occur in the text,
 # lowercased for the case-insensitive patterns. Most texts hold no credential,
-# and these checks cost a few per cent of running the eight patterns (issue 21:
+# and these checks cost a few per cent of running the eight patterns (about
 # 60 us for a 400-character tool result). Only ASCII text is screened, because
 # Unicode case folding lets ``(?i)secret`` match ``\u017fecret``, which
 # lowercasing does not reveal. A mask cannot create a clue: it is bracketed.

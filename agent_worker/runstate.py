@@ -1,5 +1,5 @@
 """The state an agent (or an operator) writes into its run: plan and progress,
-the next planned action, pinned facts (issue 18, item 1).
+the next planned action, pinned facts.
 
 Everything here is a pure function of the checkpoint it starts from and the
 writes applied to it, which is what makes it replay-safe: a lap's writes come

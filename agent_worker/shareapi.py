@@ -1,8 +1,8 @@
-"""The fair-share verbs of ``AgentWorker`` (issue 17): edit the per-tenant
+"""The fair-share verbs of ``AgentWorker``: edit the per-tenant
 limits table and read the queues. A mixin, so ``api.py`` only inherits it.
 
 Changing limits is an operator's act: the ``share`` action (granted to the
-``operator`` and ``admin`` roles), asked of issue 16's authorizer in one
+``operator`` and ``admin`` roles), asked of the handle's authorizer in one
 place, ``_share_operator``; a refusal is audited and raises
 ``PermissionDeniedError``, a change is audited in its own transaction. The
 limits are the fleet's: a principal bound to one tenant may change only that

@@ -1,4 +1,4 @@
-"""Prometheus gauges of fair share (issue 17), per tenant and agent: what
+"""Prometheus gauges of fair share, per tenant and agent: what
 ``agent-worker queues`` shows. The alert ``AgentWorkerTenantStarved``
 (deploy/k8s/prometheus-alerts.yaml) fires on the oldest wait for a slot."""
 

@@ -1,6 +1,6 @@
 """Server-sent events for web clients: ``GET /runs/{run_id}/events``.
 
-A small ASGI app (Starlette: the web console of issue 20 is built on it, and
+A small ASGI app (Starlette: the run console is built on it, and
 it streams a plain iterator with no framework of its own around it). Each
 event of ``AgentWorker.stream`` goes out as
 

@@ -1,5 +1,5 @@
-"""Built-in tools with which an agent writes its own run state (issue 18,
-item 1): its plan and progress, its next planned action, pinned facts.
+"""Built-in tools with which an agent writes its own run state: its
+plan and progress, its next planned action, pinned facts.
 
 Opt in per agent: ``Agent(tools=[..., *state_tools])``. The engine handles
 them itself (like ``sleep``): no side effect, no ledger row; the write is

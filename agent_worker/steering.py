@@ -1,4 +1,4 @@
-"""Reading and steering a run while it runs (issue 18, items 2 to 5): labels
+"""Reading and steering a run while it runs: labels
 and their validation, the state query, operators' state edits and the check
 of an approver's edited arguments. ``AgentWorker`` (``agent_worker.api``)
 exposes these as verbs; they live here so the API module stays a list of verbs.

@@ -1,4 +1,4 @@
-"""One admission pass against a backlog of waiting runs (issue 17), before and
+"""One admission pass against a backlog of waiting runs, before and
 after migration 0019_waiting_line, side by side in one process: *before*, the
 head of each tenant's line by a window function over the whole backlog on the
 schema of revision 0015; *after*, a loose index scan and a LATERAL ``LIMIT``

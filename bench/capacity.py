@@ -1,5 +1,5 @@
-"""How many runs one machine keeps moving (issue 21's own question behind goal
-3): ``python -m bench.capacity``.
+"""How many runs one machine keeps moving (the question behind
+BENCHMARKS.md's goal 3): ``python -m bench.capacity``.
 
 Goal 3 asks one thing, 500 runs at 1 s; the issue asks the question behind
 it: how many concurrent runs can one machine keep moving when each model

@@ -1,5 +1,5 @@
 """How long ``agent-worker --help`` and ``agent-worker --version`` take, wall
-clock, best of three runs each (issue 44: under a second on a 2-core machine).
+clock, best of three runs each (under a second on a 2-core machine).
 
     python -m bench.cli_startup [--runs 3] [--limit 1.0]
 

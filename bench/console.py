@@ -1,4 +1,4 @@
-"""Server time of the run console's pages on a long run (issue 20, item 3):
+"""Server time of the run console's pages on a long run:
 a ``loop`` run of ``--laps`` laps (500 by default: 1,001 messages, 501 events)
 committed by the in-process engine on its own Postgres database, then each
 page requested ``--times`` times through the ASGI app in this process

@@ -1,4 +1,4 @@
-"""Fairness benchmark (issue 17): does a flood from one tenant cost another
+"""Fairness benchmark: does a flood from one tenant cost another
 more than its fair share of delay?
 
 2 workers of concurrency 4, beat, a fleet cap ``--fleet-cap`` (default 10: 8

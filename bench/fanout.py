@@ -1,4 +1,4 @@
-"""Fan-out and fan-in benchmark for child runs (issue 19, item 1).
+"""Fan-out and fan-in benchmark for child runs.
 
 One ``fan`` run starts N ``kid`` children from one tool call and waits for all
 of them (``tests.child_agents``: scripted models, instant, no tool calls in the

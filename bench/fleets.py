@@ -80,6 +80,13 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def _package(tree: Path, name: str) -> str:
+    """``tree``'s import name of its ``store`` or ``tasks`` folder: under
+    ``agent_worker`` since the embedding change, top-level in trees before it,
+    which a comparison (``--trees``) may still run."""
+    return f"agent_worker.{name}" if (tree / "agent_worker" / name).exists() else name
+
+
 def _upgrade(url: str, tree: Path) -> None:
     """Migrate ``url`` to ``tree``'s schema: a tree compared with this one
     (``bench.tree_throughput``) runs on its own migrations, not on this
@@ -88,7 +95,8 @@ def _upgrade(url: str, tree: Path) -> None:
         upgrade(url)
         return
     subprocess.run([sys.executable, "-c", "import sys; "
-                    "from agent_worker.store.migrate import upgrade; upgrade(sys.argv[1])", url],
+                    f"from {_package(tree, 'store')}.migrate import upgrade; upgrade(sys.argv[1])",
+                    url],
                    cwd=tree, check=True,
                    env={**os.environ, "PYTHONPATH": str(tree)})
 
@@ -122,8 +130,9 @@ class BenchFleet:
         (``AGENT_WORKER_WORKER_POOL``), as in a deployment. Workers log at
         WARNING (``$BENCH_LOGLEVEL`` to compare: INFO writes two lines a lap)."""
         n = len(self.workers)
-        args = [sys.executable, "-m", "celery", "-A", "agent_worker.tasks", "worker", "--loglevel",
-                os.environ.get("BENCH_LOGLEVEL", "WARNING"), "--concurrency", str(concurrency),
+        args = [sys.executable, "-m", "celery", "-A", _package(self.tree, "tasks"), "worker",
+                "--loglevel", os.environ.get("BENCH_LOGLEVEL", "WARNING"),
+                "--concurrency", str(concurrency),
                 "--without-mingle", "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
         proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log",
                     cwd=self.tree).start()

@@ -1,5 +1,5 @@
 """A worker's garbage collector as ``tasks.garbage`` sets it, against Python's
-own, paired (issue 21 goal 3): ``python -m bench.gc_worker``.
+own, paired: ``python -m bench.gc_worker``.
 
 ``bench.iobound``'s fleet (500 runs of 10 laps, a 1 s loopback model, 2
 threads workers, task events off) run with ``AGENT_WORKER_WORKER_GC_THRESHOLD``

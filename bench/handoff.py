@@ -1,4 +1,4 @@
-"""Where the Celery hand-off goes (issue 21 goal 2): ``python -m bench.handoff``.
+"""Where the Celery hand-off goes: ``python -m bench.handoff``.
 
 The workload of ``bench.run``'s overhead phase, one run at a time, in process
 and through one Celery worker of each pool variant, the runs taking turns so

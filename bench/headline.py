@@ -1,5 +1,5 @@
 """The parts of the generated report that make its figures readable on a shared
-machine (issue 21, goal 6): the headline table of ratios against peers
+machine: the headline table of ratios against peers
 measured in the same run, the load every phase ran under, and the date and
 load stamped on each table of absolute figures.
 

@@ -1,4 +1,4 @@
-"""IO-bound concurrency (issue 21 goal 3): ``python -m bench.iobound``.
+"""IO-bound concurrency: ``python -m bench.iobound``.
 
 Starts a loopback provider answering every model call after ``--latency``
 seconds (``bench.io_provider``), ``--workers`` real ``celery -A agent_worker.tasks worker``

@@ -1,4 +1,4 @@
-"""Listing runs by label at a million runs (issue 18, item 5).
+"""Listing runs by label at a million runs.
 
 Seeds N runs straight into a fresh Postgres database with one
 ``INSERT ... SELECT generate_series`` (not through the API: a million

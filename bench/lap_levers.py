@@ -1,4 +1,4 @@
-"""In-process lap time of several source trees side by side (issue 21 goal 1):
+"""In-process lap time of several source trees side by side:
 ``python -m bench.lap_levers --trees /tmp/before,. --sizes 500 --repeats 5``.
 
 Each sample is a fresh process with ``PYTHONPATH`` set to one tree, on a fresh

@@ -1,6 +1,6 @@
 """Listing a tenant's runs by label and by status at a million runs, under
 forced row-level security, before and after migration ``0016_run_labels``
-(issue 18's and issue 21 goal 4's "under 50 ms").
+(the goal: "under 50 ms").
 
     python -m bench.listings --before aw_scale_0015 --after aw_scale --repeat 15
 

@@ -1,5 +1,5 @@
-"""Recovery when the lap's *message* is lost rather than its worker (issue 14,
-bug 10), for ``bench.recovery``. Each scenario returns one sample per fault:
+"""Recovery when the lap's *message* is lost rather than its worker,
+for ``bench.recovery``. Each scenario returns one sample per fault:
 seconds from the fault (or from the failed service's return) until the lap
 whose message was at stake commits. With the default settings the bound is
 the hand-off's expiry (lease TTL after the send) plus a sweep interval plus

@@ -1,5 +1,5 @@
 """CPU of one model call through the OpenAI client, and through leaner HTTP
-paths carrying the same bytes (issue 21 goal 3): ``python -m bench.model_client_cost``.
+paths carrying the same bytes: ``python -m bench.model_client_cost``.
 
 An IO-bound worker spends about a third of its CPU in the model client
 (BENCHMARKS.md, "The worker's garbage collector"). This measures, in one

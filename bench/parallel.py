@@ -1,4 +1,4 @@
-"""Parallel tool calls (issue 19, item 2): the wall time of a lap whose turn
+"""Parallel tool calls: the wall time of a lap whose turn
 asks for N slow calls, run one by one (``max_parallel_calls=1``) and together
 (the default), in process on SQLite. Each call sleeps ``--seconds`` (an
 IO-bound tool: a vendor that answers slowly) and lands an idempotent effect,

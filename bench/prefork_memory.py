@@ -1,6 +1,6 @@
 """Private memory of prefork pool children with the worker's collector as
-``tasks.garbage`` sets it and as Python leaves it, paired (issue 21 goal 3,
-memory): ``python -m bench.prefork_memory``.
+``tasks.garbage`` sets it and as Python leaves it, paired (BENCHMARKS.md
+goal 3, memory): ``python -m bench.prefork_memory``.
 
 A forked child shares its parent's pages until it writes to them, and a
 full collection writes to every object it walks (its reference-count

@@ -1,4 +1,4 @@
-"""Rate-limit benchmark (issue 17): does a fleet held to a tenant's tokens per
+"""Rate-limit benchmark: does a fleet held to a tenant's tokens per
 minute stay below the limit and close to it, and does a provider's 429 slow
 every worker?
 

@@ -1,4 +1,4 @@
-"""Recovery-time benchmark (issue 4, item 8; issue 14, bug 10): how long a run
+"""Recovery-time benchmark: how long a run
 stands still when a lap is lost, for every way a lap can be lost.
 
 ``mid-lap``: the whole worker running the lap is SIGKILLed (a node loss, an OOM

@@ -22,7 +22,7 @@ SYSTEMS = (("ours", "agent-worker in-process"), ("celery", "agent-worker via Cel
            ("langgraph", "LangGraph PostgresSaver (sync)"),
            ("langgraph_delta", "LangGraph DeltaChannel (beta, sync)"),
            ("dbos", "DBOS steps"), ("bare_insert", "floor: bare INSERT + Redis RTT"))
-REFERENCE = ("Reference points from issue 21 (same workload, a machine of this kind, a "
+REFERENCE = ("Reference points (same workload, a machine of this kind, a "
              "quiet hour, not measured here): LangGraph PostgresSaver sync 3.11 ms/lap at "
              "N=50 and 11.82 at N=500; its DeltaChannel 2.19 and 2.30; DBOS steps 3.77 and "
              "3.68; bare INSERT 0.51 and 0.53.")

@@ -1,4 +1,4 @@
-"""Lap overhead with Postgres row-level security on and off, side by side (issue 16).
+"""Lap overhead with Postgres row-level security on and off, side by side.
 
 The same in-process runs as ``bench.run --only overhead`` (the shared workload,
 ``InProcessWorker`` on a fresh Postgres database), alternating between the

@@ -1,4 +1,4 @@
-"""Costs at a million runs (issue 21 goal 4): the same measures on a seeded
+"""Costs at a million runs: the same measures on a seeded
 database and on an empty one, side by side in one run.
 
     python -m bench.seed --finished 1000000 --paused 100000 --active 10000 --db aw_scale

@@ -1,4 +1,4 @@
-"""Throughput from 1 to 2 worker processes (issue 21 goal 5): ``python -m bench.scaling``.
+"""Throughput from 1 to 2 worker processes: ``python -m bench.scaling``.
 
 The workload of ``bench.run``'s throughput phase (runs of instant laps, all
 first laps sent in one burst) on each fleet variant with 1 and then 2

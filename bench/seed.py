@@ -1,4 +1,4 @@
-"""A database holding a million runs, seeded by bulk COPY (issue 21 goal 4).
+"""A database holding a million runs, seeded by bulk COPY.
 
     python -m bench.seed --finished 1000000 --paused 100000 --active 10000 --db aw_scale
 

@@ -1,4 +1,4 @@
-"""Commit-to-client latency of ``stream`` (issue 18, item 6) through real
+"""Commit-to-client latency of ``stream`` through real
 workers: a ``loop`` run on a Celery worker fleet, followed live by one client
 while its laps commit. Into the same run, a probe thread of this process
 commits an audit event every ``--probe-every`` seconds, stamped with

@@ -1,4 +1,4 @@
-"""What lap tracing costs (issue 18, item 7): the hooks the lap engine calls
+"""What lap tracing costs: the hooks the lap engine calls
 when tracing is off (``AGENT_WORKER_TRACE_EXPORT`` empty), per lap, and a
 whole in-process lap (SQLite, the ``loop`` agent) with tracing off and on
 (spans written as JSON lines to a file).

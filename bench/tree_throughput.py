@@ -1,5 +1,5 @@
-"""Throughput of one worker from several source trees, paired (issue 21 goals 2
-and 5): ``python -m bench.tree_throughput --trees /tmp/before,.``.
+"""Throughput of one worker from several source trees, paired (BENCHMARKS.md
+goals 2 and 5): ``python -m bench.tree_throughput --trees /tmp/before,.``.
 
 ``bench.scaling``'s workload (runs of instant laps, all first laps sent in one
 burst) on one worker process per tree, of ``deploy/``'s pool (threads, task

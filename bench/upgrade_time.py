@@ -1,5 +1,5 @@
 """How long this tree's migrations take on a database seeded by an older tree
-(issue 21: a migration that rewrites the run rows, ``0022_lap_columns_last``,
+(a migration that rewrites the run rows, ``0022_lap_columns_last``,
 must say what it costs at a million runs):
 
     git archive <before> | (mkdir -p /tmp/before && tar -x -C /tmp/before)

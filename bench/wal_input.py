@@ -1,4 +1,4 @@
-"""WAL per lap of a run whose input is large, tree by tree (issue 21 goal 1,
+"""WAL per lap of a run whose input is large, tree by tree (WAL per lap,
 migration ``0022_lap_columns_last``):
 
     python -m bench.wal_input --trees /tmp/before,. --input-bytes 1500 --laps 100

@@ -1,4 +1,4 @@
-"""WAL bytes one database wrote between two LSNs, by relation (issue 21 goal 1).
+"""WAL bytes one database wrote between two LSNs, by relation.
 
 ``pg_current_wal_lsn()`` differences count every database of the cluster; on
 a server shared with other engineers' test runs that is mostly their WAL. So

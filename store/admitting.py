@@ -1,4 +1,4 @@
-"""Admission: which queued laps may go to Redis now (issue 17, fair share).
+"""Admission: which queued laps may go to Redis now (fair share).
 
 A lap in flight holds a *slot* from the moment admission lets its message go
 until its lap commits or is released: the run is ``running``, or ``queued``
@@ -50,9 +50,9 @@ from sqlalchemy import (
 from agent_worker.store import ratelimit
 from agent_worker.store.base import DueLap
 from agent_worker.store.dbtime import db_time
-from agent_worker.store.models import ProviderPauseRow
 from agent_worker.store.rows import runs
 from agent_worker.store.runstatus import in_flight, waiting_turn
+from agent_worker.store.sharemodels import ProviderPauseRow
 
 provider_pauses: Table = ProviderPauseRow.__table__  # type: ignore[assignment]
 

@@ -1,4 +1,4 @@
-"""The audit log's values and its narrow store interface (issue 16); the SQL is
+"""The audit log's values and its narrow store interface; the SQL is
 in ``store.audit``. Kept apart from ``store.base`` so each stays small."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Child runs as the store exposes them (issue 19): where a run hangs in a
+"""Child runs as the store exposes them: where a run hangs in a
 tree (``ChildLink``) and the ``ChildStore`` protocol. Imports nothing of the
 store at run time, so ``store.base`` can make ``Store`` include it."""
 

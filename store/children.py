@@ -1,4 +1,4 @@
-"""Transaction helpers for child runs (issue 19). None of them commits.
+"""Transaction helpers for child runs. None of them commits.
 
 A parent that waits for children is a ``waiting`` row (``children:all:<group>``
 or ``children:any:<group>``, the group being the key of the call that started

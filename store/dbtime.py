@@ -3,7 +3,7 @@
 Leases, timers and timeouts used to compare the calling worker's wall clock
 with timestamps other workers wrote: a worker whose clock ran ahead by more
 than the lease TTL took live leases, one running behind had its own lease
-recovered under it (issue 14, bug 8). They now read the one clock every worker
+recovered under it. They now read the one clock every worker
 shares, the database's, so a worker's clock does not matter.
 
 On Postgres that is ``now()`` (the transaction's start, the same in every

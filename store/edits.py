@@ -1,4 +1,4 @@
-"""The value of an operator's pending state edit (issue 18, item 3); its SQL
+"""The value of an operator's pending state edit; its SQL
 is in ``store.state``. A module of its own so ``store.base`` can name it."""
 
 from __future__ import annotations

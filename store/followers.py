@@ -24,7 +24,7 @@ from datetime import datetime
 from sqlalchemy import Index, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from agent_worker.store.models import Base
+from agent_worker.store.modelbase import Base
 
 #: How long a registration counts without being renewed; readers renew it at
 #: half of that, so a live reader's never lapses between two of its waits.

@@ -1,4 +1,4 @@
-"""Where one attempt of a lap's hot statement runs (issue 21 goal 1).
+"""Where one attempt of a lap's hot statement runs.
 
 On Postgres the connection is the pool's own checkout (``hotsql.checkout``),
 with no SQLAlchemy ``Connection`` around it: through ``Engine.connect()``

@@ -1,4 +1,4 @@
-"""The lap's hot statements on Postgres, sent by psycopg itself (issue 21 goal 1).
+"""The lap's hot statements on Postgres, sent by psycopg itself.
 
 Every lap sends three statements (the claim, the journal of the model's
 output, the lap commit). Through SQLAlchemy each paid its execution layer on

@@ -22,7 +22,7 @@ from typing import cast
 from sqlalchemy import Index, String, Table
 from sqlalchemy.orm import Mapped, mapped_column
 
-from agent_worker.store.models import Base
+from agent_worker.store.modelbase import Base
 
 
 class RunLabelRow(Base):

@@ -1,5 +1,5 @@
 """What this process last committed for a run, so its next lap need not read
-it back (issue 21: the claim's checkpoint and 40-message window were a third
+it back (the claim's checkpoint and 40-message window were a third
 of an in-process lap, although this process had written those rows one lap
 earlier).
 

@@ -1,5 +1,5 @@
 """Listing runs by labels, status, agent, version, tenant and creation time,
-newest first, paged with an opaque cursor (issue 18, item 5).
+newest first, paged with an opaque cursor.
 
 The cursor is keyset paging on ``(created_at, id)`` (index ``ix_runs_created``),
 never an OFFSET: a page costs the same at page 1 and page 10,000, and runs

@@ -1,62 +1,27 @@
-"""Tables, as SQLAlchemy 2 typed models. Alembic migrations are the source of the
-deployed schema; these models must match them (a test compares the two).
+"""Tables of runs and what they record, as SQLAlchemy 2 typed models. Alembic
+migrations are the source of the deployed schema; these models must match
+them (a test compares the two). The whole schema, with the tables other
+modules declare beside their code, is ``store.tables``.
 
-Timestamps are stored as naive UTC and handed out timezone-aware, so Postgres
-and SQLite compare them the same way.
+The base, its naming convention and the UTC timestamp type are
+``store.modelbase``'s (re-exported here).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    DateTime,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Text,
-    text,
-)
+from sqlalchemy import JSON, BigInteger, Index, Integer, String, Text, text
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import Mapped, mapped_column
 
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware datetimes in, aware UTC datetimes out, naive UTC in the column."""
-
-    impl = DateTime
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store; use timezone-aware UTC")
-        return value.astimezone(UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
-
-
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON(), Any: JSON()}
-
+from agent_worker.store.modelbase import NAMING as NAMING
+from agent_worker.store.modelbase import Base as Base
+from agent_worker.store.modelbase import UTCDateTime as UTCDateTime
+from agent_worker.store.sharemodels import ProviderPauseRow as ProviderPauseRow
+from agent_worker.store.sharemodels import RateChargeRow as RateChargeRow
+from agent_worker.store.sharemodels import ShareLimitRow as ShareLimitRow
 
 _ENDED = text("status IN ('succeeded', 'failed', 'cancelled')")
 _PAUSED = text("status IN ('waiting', 'sleeping')")
@@ -90,7 +55,7 @@ class Run(Base):
     recoveries: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
-    #: Caller-given ``{"key": "value"}`` tags (issue 18), as shown; a search
+    #: Caller-given ``{"key": "value"}`` tags, as shown; a search
     #: walks their rows in ``run_labels`` (``store.labelrows``).
     labels: Mapped[dict[str, str] | None] = mapped_column(
         JSON().with_variant(postgresql.JSONB(), "postgresql"))
@@ -252,7 +217,7 @@ class SignalRow(Base):
 
 class ServedVersionRow(Base):
     """A live worker's heartbeat for one agent version it serves: the sweeper
-    re-sends a lap only to a queue some live worker consumes (issue 14, bug 7)."""
+    re-sends a lap only to a queue some live worker consumes."""
 
     __tablename__ = "served_versions"
 
@@ -266,7 +231,7 @@ class ServedVersionRow(Base):
 
 
 class ScheduleRow(Base):
-    """A durable cron schedule (issue 19): the firing pass claims its
+    """A durable cron schedule: the firing pass claims its
     ``next_fire_at`` row by row, so two beats never fire one time twice."""
 
     __tablename__ = "schedules"
@@ -293,7 +258,7 @@ class ScheduleRow(Base):
 
 
 class StateEditRow(Base):
-    """An operator's edit of a run's plan, facts or a note (issue 18): applied
+    """An operator's edit of a run's plan, facts or a note: applied
     by the next lap's fenced commit, which sets ``applied_lap``, so an edit is
     never applied under a running lap, never lost and never applied twice."""
 
@@ -315,7 +280,7 @@ class StateEditRow(Base):
 
 
 class ChildRunRow(Base):
-    """A run started by another run (issue 19): which call of the parent started
+    """A run started by another run: which call of the parent started
     it (``group_key``, the call's effect key), its place in that call's list,
     its depth, and the principal it acts for (inherited from the parent)."""
 
@@ -335,7 +300,7 @@ class ChildRunRow(Base):
 
 class AuditRow(Base):
     """Append-only record of every human or operator action, refusals included
-    (issue 16). Postgres refuses UPDATE and DELETE of it outside the retention
+   . Postgres refuses UPDATE and DELETE of it outside the retention
     prune (migration ``0003_tenancy``)."""
 
     __tablename__ = "audit_log"
@@ -356,56 +321,3 @@ class AuditRow(Base):
     __table_args__ = (Index("ix_audit_log_tenant", "tenant", "id"),
                       Index("ix_audit_log_run", "run_id", "id"),
                       Index("ix_audit_log_at", "at"))
-
-class ShareLimitRow(Base):
-    """Per-tenant (``agent`` = ``*``) or per-(tenant, agent) fair-share limits,
-    editable while the fleet runs; tenant ``*`` is every tenant's default."""
-
-    __tablename__ = "share_limits"
-
-    tenant: Mapped[str] = mapped_column(String(200), primary_key=True)
-    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
-    concurrency: Mapped[int | None] = mapped_column(Integer)
-    weight: Mapped[float | None]
-    updated_at: Mapped[datetime]
-    updated_by: Mapped[str | None] = mapped_column(String(200))
-    #: Rate limits of a tenant row (``store.ratelimit``); ``None``: not set here.
-    laps_per_minute: Mapped[int | None] = mapped_column(Integer)
-    tokens_per_minute: Mapped[int | None] = mapped_column(BigInteger)
-
-
-class ProviderPauseRow(Base):
-    """A model provider key answered 429 with Retry-After: admission sends no
-    lap of the agents using it until ``until`` (the database's clock), so the
-    whole fleet slows down, not just the worker that got the 429."""
-
-    __tablename__ = "provider_pauses"
-
-    provider: Mapped[str] = mapped_column(String(200), primary_key=True)
-    until: Mapped[datetime]
-
-
-class RateChargeRow(Base):
-    """What one admitted lap charged against its tenant's and provider key's
-    rate limits (``store.ratelimit``): a sliding-window log keyed like the
-    lap, so a re-admission or a replay charges nothing twice. ``tokens`` is
-    the estimate at admission until the lap's commit sets the actual usage.
-    Rows older than the window are pruned by admission."""
-
-    __tablename__ = "rate_charges"
-
-    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    lap: Mapped[int] = mapped_column(Integer, primary_key=True)
-    tenant: Mapped[str] = mapped_column(String(200))
-    provider: Mapped[str | None] = mapped_column(String(200))
-    at: Mapped[datetime]
-    tokens: Mapped[int] = mapped_column(BigInteger)
-
-    __table_args__ = (Index("ix_rate_charges_at", "at"),)
-
-
-# Registers the label rows', the scrape's and the stream followers' tables
-# (this module is at its size limit).
-import agent_worker.store.followers  # noqa: E402
-import agent_worker.store.labelrows  # noqa: E402
-import agent_worker.store.rollupmodels  # noqa: E402,F401

@@ -1,5 +1,5 @@
 """Rate limits shared by the fleet: laps and model tokens per minute, per
-tenant and per provider key (issue 17, item 2).
+tenant and per provider key.
 
 **Algorithm: a sliding-window log in Postgres.** Every lap admission lets go
 is charged one row of ``rate_charges``, keyed ``(run_id, lap)`` like the lap
@@ -48,7 +48,7 @@ from sqlalchemy import Connection, Row, Table, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agent_worker.store.dbtime import db_time
-from agent_worker.store.models import RateChargeRow
+from agent_worker.store.sharemodels import RateChargeRow
 
 rate_charges: Table = RateChargeRow.__table__  # type: ignore[assignment]
 

@@ -8,7 +8,8 @@ from typing import cast
 from sqlalchemy import BigInteger, Index, Integer, String, Table, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from agent_worker.store.models import ApprovalRow, Base
+from agent_worker.store.modelbase import Base
+from agent_worker.store.models import ApprovalRow
 
 _PENDING = text("status = 'pending'")
 _approvals = cast(Table, ApprovalRow.__table__)

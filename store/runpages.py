@@ -1,5 +1,5 @@
 """Paged reads of one run's history, for screens that show a page of a long
-run (the run console, issue 20): a window of laps with their messages and
+run (the run console): a window of laps with their messages and
 ledger rows, a page each of messages, events and effects, and run counts by
 status.
 

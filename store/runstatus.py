@@ -1,5 +1,5 @@
 """A run's status as readers see it, from what the run row stores
-(issue 21 goal 1: HOT updates of the run row; migration ``0018_lap_hot``).
+(HOT updates of the run row; migration ``0018_lap_hot``).
 
 ``status`` is in four indexes of the run row (as a key or a partial index's
 predicate), so an update that changes it can never be a HOT update: it writes

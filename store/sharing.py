@@ -1,5 +1,5 @@
 """The fair-share side of the store: admission, the per-tenant limits table
-and the queue view operators read (issue 17).
+and the queue view operators read.
 
 ``ShareStore`` is the protocol the engine and the API use; ``SqlShareStore``
 implements it over the SQL store's engine (a mixin of ``SqlStore``).
@@ -20,7 +20,7 @@ from agent_worker.store.admitting import Policy, provider_pauses
 from agent_worker.store.base import DueLap
 from agent_worker.store.census import LiveGroup, live_select
 from agent_worker.store.dbtime import db_time, read_now
-from agent_worker.store.models import ShareLimitRow
+from agent_worker.store.sharemodels import ShareLimitRow
 from agent_worker.store.sqlbase import SqlBase
 
 share_limits: Table = ShareLimitRow.__table__  # type: ignore[assignment]

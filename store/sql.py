@@ -143,7 +143,7 @@ class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore, SqlL
             events.c.id)
         return [to_event(r) for r in self._read(lambda c: c.execute(q).all())]
 
-    # --- issue 18: labels and search, state queries and edits ------------------
+    # --- labels and search, state queries and edits ---------------------------
 
     def search_runs(self, f: listing.RunFilter, *, cursor: str | None = None,
                     limit: int = 100) -> listing.RunPage:

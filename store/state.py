@@ -1,4 +1,4 @@
-"""SQL of a run's readable and steerable state (issue 18): the latest
+"""SQL of a run's readable and steerable state: the latest
 committed state in one query, operators' pending edits and their fenced
 application by a lap's commit.
 

@@ -162,7 +162,7 @@ def live_versions(conn: Connection, now: datetime) -> set[tuple[str, str]]:
 
 def _resend_unclaimed(conn: Connection, now: datetime, live: set[tuple[str, str]], *,
                       handoff: timedelta, most: timedelta, limit: int) -> list[DueLap]:
-    """Re-send queued laps whose hand-off expired unclaimed (issue 14, bug 10).
+    """Re-send queued laps whose hand-off expired unclaimed.
 
     The message of a queued run holds the run like a lease with no owner: it
     expires ``handoff`` (the lease TTL) after ``enqueued_at``, so a lap lost
@@ -171,7 +171,8 @@ def _resend_unclaimed(conn: Connection, now: datetime, live: set[tuple[str, str]
     lease would have been. Each re-send extends the expiry, kept in
     ``lease_expires_at`` (unused while nobody holds the run), by the hand-off's
     age so far: a run whose laps wait in a long backlog is re-sent at doubling
-    intervals (at most ``most`` apart), not once per sweep (bug 7)."""
+    intervals (at most ``most`` apart), not once per sweep (which grew its
+    Redis list without bound)."""
     if not live:
         return []
     expired = or_(runs.c.lease_expires_at < now, and_(

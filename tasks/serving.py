@@ -1,6 +1,6 @@
 """Each worker records in Postgres, every few seconds, the agent versions it
 serves; the sweeper re-sends laps only to queues a live worker consumes, so a
-version nobody runs any more cannot grow its Redis list (issue 14, bug 7).
+version nobody runs any more cannot grow its Redis list.
 
 The heartbeat runs in a thread of the worker's main process with its own
 store, so a slow or unreachable database never stalls the consumer's loop.

@@ -135,7 +135,7 @@ register(Agent(name="pauses", model=lambda: ScriptedModel(_pauses),
                window_messages=2000, approval_owner="ops"))
 
 
-# --- issue 3: effects declared honestly, and a saga whose third step fails -------------
+# --- effects declared honestly, and a saga whose third step fails ----------------------
 
 
 def _undo_notice(ctx: ToolContext, what: str, order_id: str) -> dict[str, Any]:
@@ -263,7 +263,7 @@ register(Agent(name="chaos-mix", model=lambda: ScriptedModel(_chaos_mix), tools=
                window_messages=2000, budget=Budget(max_laps=1000)))
 
 
-# --- issue 5: pauses through real workers -------------------------------------------
+# --- pauses through real workers --------------------------------------------------
 
 
 class OffsetClock:
@@ -328,7 +328,7 @@ register(Agent(name="openai-agent", model=_openai, tools=[step], window_messages
 register(Agent(name="anthropic-agent", model=_anthropic, tools=[step], window_messages=200))
 
 
-# --- issue 13: hostile payloads through real workers ----------------------------------
+# --- hostile payloads through real workers -----------------------------------------
 
 
 @tool(kind="idempotent")
@@ -377,7 +377,7 @@ if _ROLLING in ("", "2"):
                    window_messages=2000, resumes=("1",), migrate=_rolling_migrate))
 
 
-# --- issue 18: a run that writes its own plan and facts --------------------------
+# --- a run that writes its own plan and facts ---------------------------------
 
 
 def _planner(r: ModelRequest) -> ModelResponse:

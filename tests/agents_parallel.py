@@ -1,4 +1,4 @@
-"""The agent of the parallel-calls acceptance test (issue 19, item 2), kept out
+"""The agent of the parallel-calls acceptance test, kept out
 of ``tests/agents.py`` so the test's workers import it explicitly
 (``AGENT_WORKER_AGENT_MODULES``): one turn of ``refunds`` idempotent refunds
 through the demo vendor, all asked at once, then the answer."""

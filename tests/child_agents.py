@@ -1,4 +1,4 @@
-"""Agents for the child-run tests (issue 19), importable by real workers.
+"""Agents for the child-run tests, importable by real workers.
 
 ``fan`` asks its one tool, ``spawn``, to start ``n`` ``kid`` runs and wait for
 them; then it answers with the tool's result, so a test reads what the model

@@ -1,5 +1,5 @@
 """Acting as someone in tests: the verbs take their actor from the handle's
-principal (issue 16), so a test that needs "alice approved" binds alice."""
+principal, so a test that needs "alice approved" binds alice."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ TEST_POOL = os.environ.get("AGENT_WORKER_TEST_POOL", "prefork")
 
 def default_timing() -> dict[str, str]:
     """The default timing settings, as environment overrides for fleets whose
-    fixture shortened them (short timings hid bug 10 of issue 14)."""
+    fixture shortened them (short timings hid a slow recovery of a lost lap message)."""
     from agent_worker.settings import Settings
 
     return {f"AGENT_WORKER_{name.upper()}": str(Settings.model_fields[name].default)

@@ -1,6 +1,6 @@
-"""Fair-share commands (issue 17): ``queues`` shows who waits for what;
+"""Fair-share commands: ``queues`` shows who waits for what;
 ``share set|clear|list`` edits the per-tenant limits table (an operator's
-act: the role check of issue 16 lives in ``AgentWorker._share_operator``)."""
+act: the authorizer's role check lives in ``AgentWorker._share_operator``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``agent-worker runs state`` and ``runs update-state`` (issue 18): read a
+"""``agent-worker runs state`` and ``runs update-state``: read a
 run's latest committed plan, facts, next action, budget and pending calls in
 one query, and hand an operator's edit to the run's next lap."""
 

@@ -1,4 +1,4 @@
-"""The run tree ``runs show`` prints (issue 19): the run's parent, if it is a
+"""The run tree ``runs show`` prints: the run's parent, if it is a
 child run, and its children with theirs, a bounded number per level, with
 counts by status so a fan-out of a thousand stays one screen."""
 

@@ -1,4 +1,4 @@
-"""The run console (issue 20): runs, a run's laps and ledger, the approvals
+"""The run console: runs, a run's laps and ledger, the approvals
 inbox and the actions on a run, in a browser, behind a login.
 
 Starlette with server-rendered Jinja templates (autoescaped) and one small

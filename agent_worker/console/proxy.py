@@ -2,7 +2,7 @@
 authenticated, named in a header.
 
 The header is read by ``webauth.proxy_named``, the web endpoints' own reading
-of a proxy's header (issue 16), so the two trust a header in one way. They
+of a proxy's header, so the two trust a header in one way. They
 differ, on purpose, in what the name means: the web endpoints take the user's
 tenant and roles from the proxy's other headers, while the console takes them
 from its configuration: the header is used only when

@@ -9,9 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,6 +18,8 @@ from agent_worker.checkpoint import PendingCall
 from agent_worker.children import StartChildren
 from agent_worker.constants import effect_key
 from agent_worker.engine import admit, children, policy
+from agent_worker.engine.callresult import Done, Pause, decision, result, with_decision
+from agent_worker.engine.controls import sleep, wait_for_signal, write_state
 from agent_worker.engine.heartbeat import Heartbeat
 from agent_worker.engine.progress import CallBeat
 from agent_worker.errors import (
@@ -30,32 +30,11 @@ from agent_worker.errors import (
     ToolTimeoutError,
 )
 from agent_worker.faults import fault
-from agent_worker.messages import Message
 from agent_worker.runstate import StateDraft
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 from agent_worker.tools import Tool, ToolContext
-from agent_worker.untrusted import check_name
 from agent_worker.vocabulary import EffectStatus, WaitingFor
-
-
-@dataclass(frozen=True)
-class Pause:
-    """The run must stop here until a human, a timer or a signal resumes it."""
-
-    status: Literal["waiting", "sleeping"]
-    waiting_for: WaitingFor | None
-    wake_at: datetime | None
-    call: PendingCall
-    approval: ApprovalRecord | None = None
-
-
-@dataclass(frozen=True)
-class Done:
-    """The call's result message (and the signal it consumed, if any)."""
-
-    message: Message
-    signal_id: int | None = None
 
 
 def args_hash(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -63,12 +42,6 @@ def args_hash(tool_name: str, arguments: dict[str, Any]) -> str:
     canonical = json.dumps([tool_name, arguments], sort_keys=True, separators=(",", ":"),
                            default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def _result(pc: PendingCall, content: Any, *, error: bool = False) -> Done:
-    text = content if isinstance(content, str) else json.dumps(content, default=str)
-    return Done(Message(role="tool", content=text, tool_call_id=pc.call.id,
-                        name=pc.call.name, is_error=error))
 
 
 class CallRunner:
@@ -99,23 +72,23 @@ class CallRunner:
             return self._without_tool(pc, recorded)
         if tool is None:
             names = ", ".join(t.name for t in self.agent.tools) or "none"
-            return _result(pc, f"Unknown tool {pc.call.name!r}. Available tools: {names}.",
-                           error=True)
+            return result(pc, f"Unknown tool {pc.call.name!r}. Available tools: {names}.",
+                          error=True)
         refused = admit.refusal(pc.call.arguments)
         if refused is not None:
-            return _result(pc, f"Invalid arguments for {tool.name}: {refused}", error=True)
+            return result(pc, f"Invalid arguments for {tool.name}: {refused}", error=True)
         try:
             args = tool.validate(pc.call.arguments)
         except ValidationError as e:
             problems = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'arguments'}: {x['msg']}"
                                  for x in e.errors())
-            return _result(pc, f"Invalid arguments for {tool.name}: {problems}", error=True)
+            return result(pc, f"Invalid arguments for {tool.name}: {problems}", error=True)
         if tool.control == "sleep":
-            return self._sleep(pc, args)
+            return sleep(self.rt, pc, args)
         if tool.control == "signal":
-            return self._signal(pc, args)
+            return wait_for_signal(self.rt, self.run_id, self._taken, pc, args)
         if tool.control == "state":
-            return self._write_state(pc, tool, args)
+            return write_state(self.state, pc, tool, args)
         approval: ApprovalRecord | None = None
         if tool.requires_approval:
             verdict = self._approval(pc, tool)
@@ -128,8 +101,8 @@ class CallRunner:
                 try:
                     args = tool.validate(approval.approved_arguments)
                 except ValidationError as e:
-                    return _result(pc, f"Not done: the approved arguments for {tool.name} no "
-                                       f"longer fit the tool: {e.errors()[0]['msg']}", error=True)
+                    return result(pc, f"Not done: the approved arguments for {tool.name} no "
+                                      f"longer fit the tool: {e.errors()[0]['msg']}", error=True)
         beat = (None if self.hb is None else
                 CallBeat(self.rt, self.agent, self.hb, call_index=pc.index, tool=tool.name))
         ctx = ToolContext(run_id=self.run_id, lap=pc.lap, call_index=pc.index,
@@ -142,73 +115,9 @@ class CallRunner:
             done = self._invoke_journaled(pc, tool, args, ctx)
         if approval is None or isinstance(done, Pause):
             return done
-        return _with_decision(done, approval)
-
-    # --- run state --------------------------------------------------------------
-
-    def _write_state(self, pc: PendingCall, tool: Tool, args: BaseModel) -> Done:
-        """A built-in state tool (``agent_worker.state_toolkit``): written to the
-        lap's draft, stored by the lap's commit; a refused write (over a bound)
-        goes back to the model as a tool error."""
-        if self.state is None:
-            return _result(pc, f"{tool.name} is not available here", error=True)
-        a = args.model_dump()
-        try:
-            if tool.name == "set_plan":
-                self.state.set_plan(a["steps"])
-            elif tool.name == "mark_step":
-                self.state.mark_step(a["step"], a["done"])
-            elif tool.name == "set_next_action":
-                self.state.set_next_action(a["action"])
-            elif tool.name == "pin_fact":
-                self.state.pin_fact(a["key"], a["value"])
-            else:
-                return _result(pc, f"{tool.name} is not a built-in state tool", error=True)
-        except InvalidInputError as e:
-            return _result(pc, f"{tool.name} refused: {e}", error=True)
-        return _result(pc, "ok")
+        return with_decision(done, approval)
 
     # --- pauses -------------------------------------------------------------
-
-    def _sleep(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
-        now = self.rt.clock.now()
-        if pc.wake_at is None:
-            seconds, until = getattr(args, "seconds", None), getattr(args, "until", None)
-            if until is not None and until.tzinfo is None:
-                return _result(pc, "`until` needs a timezone (e.g. 2026-12-01T09:00:00Z)",
-                               error=True)
-            wake = until if until is not None else now + timedelta(seconds=seconds or 0)
-            paused = pc.model_copy(update={"wake_at": wake, "paused_at": now})
-            return Pause("sleeping", None, wake, paused)
-        if now < pc.wake_at:
-            return Pause("sleeping", None, pc.wake_at, pc)
-        return _result(pc, f"Slept from {pc.paused_at:%Y-%m-%d %H:%M:%S} UTC; woke at "
-                           f"{now:%Y-%m-%d %H:%M:%S} UTC.")
-
-    def _signal(self, pc: PendingCall, args: BaseModel) -> Done | Pause:
-        name = str(args.model_dump()["name"])
-        try:
-            check_name(name, "signal name", max_chars=self.rt.settings.max_signal_name_chars)
-        except InvalidInputError as e:
-            return _result(pc, str(e), error=True)
-        now = self.rt.clock.now()
-        pending = [s for s in self.rt.store.pending_signals(self.run_id, name)
-                   if s.id not in self._taken]
-        if pending:
-            s = pending[0]
-            self._taken.add(s.id)
-            done = _result(pc, {"signal": name, "received_at": s.created_at.isoformat(),
-                                "payload": s.payload})
-            return Done(done.message, signal_id=s.id)
-        if pc.paused_at is None:
-            timeout = getattr(args, "timeout_seconds", None)
-            wake = now + timedelta(seconds=timeout) if timeout is not None else None
-            pc = pc.model_copy(update={"wake_at": wake, "paused_at": now})
-        elif pc.wake_at is not None and now >= pc.wake_at:
-            return _result(pc, f"No signal {name!r} arrived between "
-                               f"{pc.paused_at:%Y-%m-%d %H:%M:%S} and {now:%Y-%m-%d %H:%M:%S} "
-                               "UTC (timed out).", error=True)
-        return Pause("waiting", WaitingFor.signal(name), pc.wake_at, pc)
 
     def _approval(self, pc: PendingCall, tool: Tool) -> ApprovalRecord | Done | Pause:
         key = effect_key(self.run_id, pc.lap, pc.index)
@@ -228,8 +137,8 @@ class CallRunner:
             return Pause("waiting", WaitingFor.approval(found.id), None, pc)
         if found.status == "approved":
             return found
-        return _result(pc, f"Not done: the call to {tool.name} was {_decision(found)}.",
-                       error=True)
+        return result(pc, f"Not done: the call to {tool.name} was {decision(found)}.",
+                      error=True)
 
     def _without_tool(self, pc: PendingCall, row: EffectRecord) -> Done | Pause:
         """A recorded call whose tool this agent no longer has: reuse what is
@@ -237,7 +146,7 @@ class CallRunner:
         if row.status in ("applied", "compensated"):
             return self._sized(pc, row.result)
         if row.status in ("failed", "not_applied"):
-            return _result(pc, row.error or f"{row.tool_name} was not applied", error=True)
+            return result(pc, row.error or f"{row.tool_name} was not applied", error=True)
         if row.status == "pending":
             self._finish(row.key, "unknown", None,
                          error=f"tool {row.tool_name} was removed while this call was in "
@@ -251,7 +160,7 @@ class CallRunner:
         try:
             value = self._invoke(tool, args, ctx)
         except ToolError as e:
-            return _result(pc, self._error_text(e), error=True)
+            return result(pc, self._error_text(e), error=True)
         if isinstance(value, StartChildren):
             return self._start_children(pc, ctx.idempotency_key, value, journaled=False)
         return self._sized(pc, self._admit(value))
@@ -268,8 +177,8 @@ class CallRunner:
         too deep, now or when it was first recorded) is a tool error."""
         refused = admit.refusal(value)
         if refused is not None:
-            return _result(pc, refused, error=True)
-        return _result(pc, value)
+            return result(pc, refused, error=True)
+        return result(pc, value)
 
     def _invoke_journaled(self, pc: PendingCall, tool: Tool, args: BaseModel,
                           ctx: ToolContext) -> Done | Pause:
@@ -302,7 +211,7 @@ class CallRunner:
             # Admitted again: a row written before results were bounded may be large.
             return self._sized(pc, self._admit(row.result))
         if row.status == "failed":
-            return _result(pc, row.error or "failed", error=True)
+            return result(pc, row.error or "failed", error=True)
         if row.status == "pending" and tool.lookup_fn is not None:
             found = tool.lookup_fn(row.key)
             if found is not None:
@@ -332,7 +241,7 @@ class CallRunner:
         except ToolError as e:
             error = self._error_text(e)
             self._finish(ctx.idempotency_key, "failed", None, error=error)
-            return _result(pc, error, error=True)
+            return result(pc, error, error=True)
         if isinstance(value, StartChildren):
             return self._start_children(pc, ctx.idempotency_key, value, journaled=True)
         fault("after_apply", scope=tool.name)
@@ -376,7 +285,7 @@ class CallRunner:
             error = self._error_text(e)
             if journaled:
                 self._finish(key, "failed", None, error=error)
-            return _result(pc, error, error=True)
+            return result(pc, error, error=True)
         if journaled:
             self._finish(key, "applied", marker)
         return self._await_children(pc, marker)
@@ -394,26 +303,6 @@ class CallRunner:
                 error: str | None = None) -> None:
         self.rt.store.finish_effect(key, status=status, result=_jsonable(result), error=error,
                                     now=self.rt.clock.now())
-
-
-def _decision(a: ApprovalRecord) -> str:
-    """The durable account of a decision, from its record: what, who, when, why."""
-    when = f"{a.decided_at:%Y-%m-%d %H:%M:%S} UTC" if a.decided_at else "an unknown time"
-    asked = f"{a.requested_at:%Y-%m-%d %H:%M:%S} UTC"
-    why = f": {a.comment}" if a.comment else ""
-    return (f"{a.status.replace('_', ' ')} by {a.decided_by} at {when} "
-            f"(approval requested at {asked}){why}")
-
-
-def _with_decision(done: Done, approval: ApprovalRecord) -> Done:
-    """Prefix an approved call's result with who approved it, so a resumed model
-    reads the decision from the record instead of inferring (or inventing) it."""
-    edited = ("" if approval.approved_arguments is None else
-              f" The approver changed its arguments to "
-              f"{json.dumps(approval.approved_arguments, sort_keys=True)}.")
-    text = (f"Approved call to {approval.tool_name}: {_decision(approval)}.{edited} "
-            f"Result: {done.message.content}")
-    return Done(done.message.model_copy(update={"content": text}), done.signal_id)
 
 
 def _nothing() -> None:

@@ -1,4 +1,4 @@
-"""Child runs from a lap's point of view (issue 19): start them exactly once,
+"""Child runs from a lap's point of view: start them exactly once,
 see whether the wait is over, collect their results, charge their spend, and
 cancel them when the parent ends.
 

@@ -3,9 +3,9 @@ task and the in-process runner; idempotent under redelivery.
 
     claim ─ load ─ model step (journaled) ─ tool steps (ledger) ─ fenced commit ─ send next
 
-Anything that stops a lap early goes through ``_release``: a retry with
-backoff, a pause, or a failure that will run compensations. Nothing here
-commits twice or enqueues before its commit.
+Anything that stops a lap early goes through ``release`` (``engine.release``):
+a retry with backoff, a pause, or a failure that will run compensations.
+Nothing here commits twice or enqueues before its commit.
 """
 
 from __future__ import annotations
@@ -13,16 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import socket
 import time
-import traceback
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import timedelta
 from decimal import Decimal
-from typing import Any, Literal, cast
+from typing import Any
 
 from agent_worker import fairshare, tracing
 from agent_worker.agent import Agent
@@ -33,12 +30,16 @@ from agent_worker.engine import admit, children, parallel
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
 from agent_worker.engine.heartbeat import Heartbeat
-from agent_worker.engine.saga import compensate, reconcile
+from agent_worker.engine.release import (
+    Outcome,
+    finish_ending,
+    handle_error,
+    release,
+    resend_orphan,
+)
 from agent_worker.engine.window import build_request
 from agent_worker.errors import (
-    AgentWorkerError,
     BudgetExceededError,
-    CheckpointVersionError,
     LapFailedError,
     LeaseLost,
     NestingTooDeepError,
@@ -47,16 +48,13 @@ from agent_worker.errors import (
 from agent_worker.faults import fault
 from agent_worker.logs import bind, lap_context
 from agent_worker.messages import Message, Usage
-from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runstate import StateDraft, apply_edit
 from agent_worker.runtime import Runtime
-from agent_worker.store.base import Claim, DueLap, LapCommit, RunRecord, RunUpdate
-from agent_worker.untrusted import clean, reduced
-from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, TERMINAL, RunStatus, WaitingFor
+from agent_worker.store.base import Claim, DueLap, LapCommit, RunUpdate
+from agent_worker.untrusted import clean
+from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, WaitingFor
 
 log = logging.getLogger("agent_worker.lap")
-Outcome = Literal["skipped", "committed", "paused", "retrying", "failed", "lost", "finished",
-                  "unserved"]
 _HOST = socket.gethostname()
 
 
@@ -101,7 +99,7 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
         try:
             if run.ending is not None or run.cancel_requested_at is not None:
                 with rt.active_laps.waiting():  # compensations call tools
-                    return _finish_ending(rt, agent, claim)
+                    return finish_ending(rt, agent, claim)
             if run.lap_attempts > rt.settings.max_lap_attempts:
                 raise LapFailedError(
                     f"lap {lap} was attempted {run.lap_attempts - 1} times without committing "
@@ -109,14 +107,14 @@ def _run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
             return _Lap(rt, agent, claim, hb).run()
         except LeaseLost:
             log.info("run %s lap %s: lease lost; another worker owns it", run_id, lap)
-            _resend_orphan(rt, claim)
+            resend_orphan(rt, claim)
             return "lost"
         except RunCancelled:
-            _release(rt, claim, RunUpdate(status="queued", enqueue=True),
+            release(rt, claim, RunUpdate(status="queued", enqueue=True),
                      {"kind": "cancel_seen"}, fence_cancel=False)
             return "retrying"
         except Exception as e:
-            return _handle_error(rt, claim, e, agent.redact)
+            return handle_error(rt, claim, e, agent.redact)
 
 
 def _served(rt: Runtime) -> list[str]:
@@ -139,160 +137,6 @@ def _not_claimed(rt: Runtime, run_id: str, lap: int) -> Outcome:
 
 def _window_size(rt: Runtime) -> int:
     return max((a.window_messages for a in rt.registry.all()), default=40)
-
-
-def _release(rt: Runtime, claim: Claim, update: RunUpdate, event: dict[str, Any], *,
-             reset_attempts: bool = False, fence_cancel: bool = True) -> bool:
-    ok = rt.store.release(claim.run.id, claim.lap, owner=claim.owner, now=rt.clock.now(),
-                          outcome=update, event=event, reset_attempts=reset_attempts,
-                          fence_cancel=fence_cancel)
-    if ok and update.enqueue and update.status == "queued" and update.wake_at is None:
-        rt.send_all([_due(claim, claim.lap)])
-    elif ok:
-        rt.send_all([])  # the run gave its slot back: admission hands it on
-    if ok and update.status in TERMINAL:
-        children.wake_parent(rt, claim.run)
-    return ok
-
-
-def _due(claim: Claim, lap: int) -> DueLap:
-    return DueLap(claim.run.id, lap, claim.run.agent_name, claim.run.agent_version)
-
-
-def _resend_orphan(rt: Runtime, claim: Claim) -> RunRecord | None:
-    """After losing the lease, make sure the run is not left without a message:
-    if our COMMIT landed but its reply was lost (the retry then hit the fence),
-    send the next lap; if our claim itself was lost (a database crash) and nobody
-    holds the run, send this lap again. Duplicates are harmless (the claim is
-    fenced); a missing send would wait for the overdue sweep."""
-    run = rt.store.get_run(claim.run.id)
-    if run is None or run.status != "queued" or run.lease_owner:
-        return run
-    if run.next_lap >= claim.lap:
-        # To the run's current pin: a migrating commit may have moved it.
-        rt.send_all([DueLap(run.id, run.next_lap, run.agent_name, run.agent_version)])
-    return run
-
-
-def _handle_error(rt: Runtime, claim: Claim, e: Exception, redact: Redactor | None) -> Outcome:
-    """Record ``e`` and release the lease; never raises. If recording fails
-    (a database error on the text, a hostile ``__str__``, the redactor itself),
-    the error is recorded again in a reduced form: its code and a short cleaned
-    message, no traceback. If even that fails the lease is left to lapse and the
-    sweeper re-sends the lap; the exception still never reaches the caller (the
-    Celery task or ``InProcessWorker.run_until_idle``)."""
-    # Logged without tracebacks: the failure's context is ``e`` itself, whose
-    # text is neither cleaned nor redacted.
-    try:
-        return _record_error(rt, claim, e, _error_texts(e, redact))
-    except Exception as failure:
-        log.error("run %s lap %s: recording the error failed (%s); recording it reduced",
-                  claim.run.id, claim.lap, _brief(failure))
-        texts = (_brief(e), None)
-        try:
-            return _record_error(rt, claim, e, texts)
-        except Exception as again:
-            log.error("run %s lap %s: recording the reduced error failed too (%s); the "
-                      "lease will lapse and the sweeper re-send the lap", claim.run.id,
-                      claim.lap, _brief(again))
-            return "retrying"
-
-
-def _brief(e: BaseException) -> str:
-    """Type and short message; through the default redactor, which is ours and
-    cannot be what failed (the agent's own may be)."""
-    return reduced(redact_secrets(f"{type(e).__name__}: {admit.describe(e)}"))
-
-
-def _error_texts(e: Exception, redact: Redactor | None) -> tuple[str, str | None]:
-    """(message, detail) of ``e`` as stored: cleaned and redacted."""
-    texts = [admit.describe(e), "".join(traceback.format_exception(e))]
-    message, detail = clean(texts, max_depth=1, redact=redact)
-    return reduced(str(message), 4000), reduced(str(detail), 20_000)
-
-
-def _record_error(rt: Runtime, claim: Claim, e: Exception,
-                  texts: tuple[str, str | None]) -> Outcome:
-    message, detail = texts
-    code = e.code if isinstance(e, AgentWorkerError) else "lap_error"
-    retriable = not isinstance(e, AgentWorkerError) or e.retriable
-    if isinstance(e, CheckpointVersionError):
-        _release(rt, claim, RunUpdate(status="waiting", waiting_for=WaitingFor("attention"),
-                                      error_code=code, error_message=message,
-                                      error_detail=detail),
-                 {"kind": "needs_attention", "error": message})
-        return "paused"
-    # Failing while compensating (the run is ending): retry with backoff, keeping the
-    # error that ended the run; when out of attempts, stop for good instead of
-    # re-queueing the ending (which would reset the attempts and loop for ever).
-    run = claim.run
-    ending = run.ending is not None or run.cancel_requested_at is not None
-    if retriable and run.lap_attempts < rt.settings.max_lap_attempts:
-        fairshare.rate_limited(rt, run.agent_name, run.agent_version, e)
-        s = rt.settings
-        delay = min(s.retry_backoff_seconds * 2 ** (run.lap_attempts - 1),
-                    s.retry_backoff_max_seconds)
-        delay *= 1 + random.random() / 4
-        log.warning("run %s lap %s attempt %s failed (%s); retrying in %.1fs", run.id,
-                    claim.lap, run.lap_attempts, reduced(message), delay)
-        kept = ((run.error_code, run.error_message, run.error_detail) if ending
-                else (code, message, detail))
-        _release(rt, claim, RunUpdate(
-            status="queued", wake_at=rt.clock.now() + timedelta(seconds=delay),
-            error_code=kept[0], error_message=kept[1], error_detail=kept[2]),
-            {"kind": "retry", "attempt": run.lap_attempts, "error": message[:500]},
-            fence_cancel=not ending)
-        return "retrying"
-    if ending:
-        log.error("run %s: compensation failed for good: %s", run.id, reduced(message))
-        _release(rt, claim, RunUpdate(
-            status="failed", error_code="compensation_failed",
-            error_message=f"compensation failed: {message} (the run was ending because: "
-                          f"{run.error_message or run.cancel_reason})", error_detail=detail),
-            {"kind": "finished", "status": "failed", "error": message[:500]},
-            fence_cancel=False)
-        return "failed"
-    log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap,
-              reduced(message))
-    _release(rt, claim, RunUpdate(status="queued", ending="failed", enqueue=True,
-                                  error_code=code, error_message=message, error_detail=detail),
-             {"kind": "failing", "error": message[:500], "code": code}, reset_attempts=True)
-    return "failed"
-
-
-def _finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
-    """Undo what must be undone, then end the run as failed or cancelled."""
-    run = claim.run
-    # ``ending`` is stored as text; only a lap's failure path writes it ("failed").
-    ending: RunStatus = ("cancelled" if run.cancel_requested_at is not None
-                         else cast("RunStatus", run.ending or "failed"))
-    if run.lap_attempts > rt.settings.max_lap_attempts:
-        _release(rt, claim, RunUpdate(
-            status="failed", error_code="compensation_failed",
-            error_message=f"compensation kept failing; last error: {run.error_message}",
-            error_detail=run.error_detail), {"kind": "finished", "status": "failed"},
-            fence_cancel=False)
-        return "finished"
-    children.cancel_all(rt, run)
-    unsettled = reconcile(rt, agent, run.id)
-    if unsettled is not None:
-        # Undoing (or not) a call nobody knows landed is a human's decision;
-        # ending now would leave the booking in place. The ending resumes
-        # once `effects resolve` records the verdict.
-        _release(rt, claim, RunUpdate(
-            status="waiting", waiting_for=WaitingFor.effect(unsettled), ending=ending,
-            error_code=run.error_code, error_message=run.error_message,
-            error_detail=run.error_detail),
-            {"kind": "effect_unknown", "key": unsettled, "ending": ending},
-            reset_attempts=True, fence_cancel=False)
-        return "paused"
-    undone = compensate(rt, agent, run.id, run.tenant, claim.owner)
-    _release(rt, claim, RunUpdate(status=ending, ending=ending, error_code=run.error_code,
-                                  error_message=run.error_message or run.cancel_reason,
-                                  error_detail=run.error_detail),
-             {"kind": "finished", "status": ending, "compensations": undone},
-             fence_cancel=False)
-    return "finished"
 
 
 @dataclass
@@ -405,7 +249,7 @@ class _Lap:
         elif update.status == "waiting":
             # The commit found what it waits for already there and queued the
             # run instead (store.wakeups): send it like any queued run.
-            _resend_orphan(self.rt, self.claim)
+            resend_orphan(self.rt, self.claim)
         if not update.enqueue:
             self.rt.send_all([])  # the run gave its slot back: admission hands it on
         if update.status in ENDED_BY_LAP:
@@ -487,7 +331,7 @@ class _Lap:
 
     def _hold_for_effect(self, pause: Pause) -> Outcome:
         """Stop without committing: a human must say whether the effect landed."""
-        _release(self.rt, self.claim, RunUpdate(
+        release(self.rt, self.claim, RunUpdate(
             status="waiting", waiting_for=pause.waiting_for, error_code="effect_unknown",
             error_message=f"{pause.waiting_for}: outcome unknown; resolve it with "
                           "`agent-worker effects resolve`"),
@@ -497,7 +341,7 @@ class _Lap:
 
     def _over_budget(self, reason: str, limits: Budget) -> Outcome:
         if limits.on_exceed == "pause":
-            _release(self.rt, self.claim, RunUpdate(
+            release(self.rt, self.claim, RunUpdate(
                 status="waiting", waiting_for=WaitingFor("budget"), error_code="budget_exceeded",
                 error_message=reason), {"kind": "budget_pause", "reason": reason},
                 reset_attempts=True)
@@ -506,7 +350,7 @@ class _Lap:
 
     def _fence_failed(self) -> Outcome:
         """The commit found someone else's lease (or a cancel)."""
-        run = _resend_orphan(self.rt, self.claim)
+        run = resend_orphan(self.rt, self.claim)
         if (run is not None and run.cancel_requested_at is not None
                 and run.lease_owner == self.claim.owner):
             raise RunCancelled(f"run {run.id} was cancelled during lap {self.claim.lap}")
@@ -529,4 +373,4 @@ def _final_result(text: str, max_depth: int) -> Any:
         return text
 
 
-__all__ = ["run_lap"]
+__all__ = ["Outcome", "run_lap"]

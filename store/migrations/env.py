@@ -8,7 +8,7 @@ from sqlalchemy import pool
 
 from agent_worker.settings import get_settings
 from agent_worker.store.db import make_engine
-from agent_worker.store.models import Base
+from agent_worker.store.tables import metadata
 
 config = context.config
 url = config.attributes.get("url") or get_settings().database_url
@@ -16,14 +16,14 @@ connection = config.attributes.get("connection")
 
 
 def _run(conn: object) -> None:
-    context.configure(connection=conn, target_metadata=Base.metadata,  # type: ignore[arg-type]
+    context.configure(connection=conn, target_metadata=metadata,  # type: ignore[arg-type]
                       render_as_batch=url.startswith("sqlite"), compare_type=True)
     with context.begin_transaction():
         context.run_migrations()
 
 
 if context.is_offline_mode():
-    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True)
+    context.configure(url=url, target_metadata=metadata, literal_binds=True)
     with context.begin_transaction():
         context.run_migrations()
 elif connection is not None:

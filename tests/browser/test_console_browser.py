@@ -1,4 +1,4 @@
-"""The console in a real browser (issue 20's acceptance): headless Chromium
+"""The console in a real browser: headless Chromium
 from the OS, driven by Playwright, against ``agent-worker console`` and a real
 Celery worker on the test database. Each scenario is what a person does:
 log in, find the waiting call in the inbox, approve it, watch the run finish;

@@ -1,4 +1,4 @@
-"""The chaos suite (issue 4, item 7): many concurrent runs, each lap a read or
+"""The chaos suite: many concurrent runs, each lap a read or
 an idempotent payment at the vendor, while workers are SIGKILLed again and
 again, Redis and Postgres restart once each and one worker is shut down warm.
 Afterwards every promise of DESIGN.md is checked against Postgres and against
@@ -193,7 +193,7 @@ def _vendor_applied(db_path: Path) -> list[tuple[str, str]]:
 
 #: Timings: the fixture's shortened ones (a large workload), and once the
 #: defaults (lease 10 s, sweep 2 s, re-send cap 60 s) on a smaller one, so a
-#: recovery that only short timings make quick cannot hide (issue 14, bug 10).
+#: recovery that only short timings make quick cannot hide.
 #: The smaller workload's read laps sleep a second: on a quiet machine it would
 #: otherwise finish within three kill gaps, with no lap in flight to recover.
 TIMINGS = {"short": ({}, RUNS, LAPS, (2.5, 5.0), 0.0),

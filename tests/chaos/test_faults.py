@@ -1,4 +1,4 @@
-"""One real fault at a time (issue 4, items 1-6): heartbeats and fencing,
+"""One real fault at a time: heartbeats and fencing,
 warm shutdown, Redis restarts and outages, Postgres restarts, poison laps and
 hung tools. Each test runs real ``celery -A agent_worker.tasks worker`` processes against a
 private Postgres and Redis (tests/chaos/conftest.py) that it may restart."""

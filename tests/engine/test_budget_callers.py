@@ -1,4 +1,4 @@
-"""A caller's budget only tightens the agent's limits (issue 16, item 4): a
+"""A caller's budget only tightens the agent's limits: a
 ``start_run(budget=...)`` used to replace the agent's budget wholesale, so
 ``Budget(max_laps=None, max_cost=None)`` lifted every limit. And a budget no
 run can meet is refused where it is given. In process, on SQLite and on a

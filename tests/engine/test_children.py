@@ -1,4 +1,4 @@
-"""Child runs in the in-process engine on both dialects (issue 19, item 1):
+"""Child runs in the in-process engine on both dialects:
 results and errors reach the parent's model in order, children start exactly
 once across a replayed lap, the wake-up cannot be lost (a child ending before
 the parent pauses, two children ending at once), the children's spend is

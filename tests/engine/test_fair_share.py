@@ -1,4 +1,4 @@
-"""Fair share (issue 17) on the in-process engine, SQLite and Postgres: caps
+"""Fair share on the in-process engine, SQLite and Postgres: caps
 hold a run in Postgres (no message, the claim refuses it) and a freed slot
 admits the next; priorities order a tenant's line; weights split a shared cap;
 a dead worker's slot comes back at the sweep; a removed cap lets runs out.

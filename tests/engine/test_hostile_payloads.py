@@ -1,4 +1,4 @@
-"""Hostile payloads (issue 13), in-process on SQLite and on Postgres: text the
+"""Hostile payloads, in-process on SQLite and on Postgres: text the
 database cannot hold, errors whose recording fails, limits, deep JSON, look-alike
 identifiers, secrets. Each test names the problem it guards against."""
 

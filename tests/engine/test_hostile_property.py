@@ -1,4 +1,4 @@
-"""Property (issue 13): arbitrary Unicode through every door of a run, on SQLite
+"""Property: arbitrary Unicode through every door of a run, on SQLite
 and on Postgres. Whatever the text (U+0000, lone surrogates, control and escape
 characters, RTL marks, 4-byte characters), every run ends where its script says,
 nothing escapes ``run_lap``, and what is stored is what ``agent_worker.untrusted``

@@ -1,5 +1,5 @@
-"""Labels and search (issue 18, item 5) and approvals with edited arguments
-(item 4), in process on SQLite and Postgres."""
+"""Labels and search, and approvals with edited arguments, in process on
+SQLite and Postgres."""
 
 from __future__ import annotations
 

@@ -292,7 +292,7 @@ def test_checkpoint_of_the_previous_schema_version_is_migrated_and_resumed(
 def test_a_lap_stores_no_flag_that_is_off_and_no_key_it_can_derive(
         worker: InProcessWorker) -> None:
     """Each lap writes its model message and its ``lap_committed`` event, so
-    every byte of them is WAL on every lap (issue 21): the model message has
+    every byte of them is WAL on every lap: the model message has
     no idempotency key (it is the row's run and lap) and a stop reason only
     when the model gave one; the trace has no false or null flags and no
     counts the lap's messages already carry. What a model said is kept."""

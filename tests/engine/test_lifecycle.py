@@ -1,5 +1,5 @@
 """Where a lap meets something else happening at the same time, or an operator
-verb meets history (issue 14): each test reproduces one reported bug, in
+verb meets history: each test reproduces one reported bug, in
 process, on SQLite and on a fresh real Postgres database.
 
 A race is staged by wrapping one store read of the lap so that the competing

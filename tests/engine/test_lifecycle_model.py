@@ -1,4 +1,4 @@
-"""A model-based test of the run lifecycle (issue 14): hypothesis drives a real
+"""A model-based test of the run lifecycle: hypothesis drives a real
 Postgres store and the real lap engine, in process, through random
 interleavings of laps and crashes at the protocol's fault points, duplicate,
 late and lost deliveries, signals, approvals and rejections, cancels, retries,

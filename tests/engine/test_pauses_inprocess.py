@@ -1,4 +1,4 @@
-"""Pauses as first-class state, in-process (issue 5): approvals, durable timers,
+"""Pauses as first-class state, in-process: approvals, durable timers,
 signals, cancellation and the budget ledger, driven by a ``ManualClock`` so a
 test moves time forward instead of sleeping.
 

@@ -1,4 +1,4 @@
-"""Rate limits (issue 17, item 2) on the in-process engine, SQLite and
+"""Rate limits on the in-process engine, SQLite and
 Postgres: a tenant over its laps or tokens per minute waits queued (throttled,
 no message) and the sweep admits it once the sliding window allows; a lap's
 token estimate is corrected from its usage at commit; concurrent admitters

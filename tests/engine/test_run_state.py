@@ -1,9 +1,9 @@
-"""The run's state, readable and steerable while it runs (issue 18, items 1
-to 3), in process on SQLite and Postgres: state tools and ``ToolContext``
-writes land in the lap's checkpoint once, survive compaction and a replayed
-lap; ``get_state`` reads the committed state in the middle of a lap; an
-operator's ``update_state`` that races a lap in flight is applied by the next
-lap boundary, once."""
+"""The run's state, readable and steerable while it runs, in process on
+SQLite and Postgres: state tools and ``ToolContext`` writes land in the lap's
+checkpoint once, survive compaction and a replayed lap; ``get_state`` reads
+the committed state in the middle of a lap; an operator's
+``update_state`` that races a lap in flight is applied by the next lap
+boundary, once."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CLI verbs of issue 18 (``runs list --label``, ``runs state``,
+"""The CLI verbs of run state and search (``runs list --label``, ``runs state``,
 ``runs update-state``, ``approve --arguments``) in this process against an
 in-process worker on both dialects: the CLI is a thin layer over the API verbs
 the other engine tests check; here its options, JSON and errors. The label

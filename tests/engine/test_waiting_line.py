@@ -1,4 +1,4 @@
-"""The head of each tenant's line (``store.admitting._waiting``, issue 17) on
+"""The head of each tenant's line (``store.admitting._waiting``) on
 both dialects: Postgres reads it through a loose index scan and a LATERAL
 ``LIMIT`` over ``ix_runs_admission`` (migration 0019), SQLite through the
 window function; both must give each tenant its ``PER_TENANT`` first waiting

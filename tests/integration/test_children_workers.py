@@ -1,5 +1,5 @@
-"""Child runs through real Celery workers, Postgres and Redis (issue 19's
-acceptance): a fan-out of 50 survives a worker SIGKILLed in the middle, with
+"""Child runs through real Celery workers, Postgres and Redis
+(the acceptance test): a fan-out of 50 survives a worker SIGKILLed in the middle, with
 every child started once and the parent resumed once with all 50 results (one
 of them failed, one cancelled); cancelling a parent cancels its children and
 runs their compensations."""

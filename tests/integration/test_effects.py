@@ -1,5 +1,5 @@
 """Exactly-once side effects through real ``celery -A agent_worker.tasks worker`` processes,
-Postgres, Redis and a vendor process (issue 3's acceptance).
+Postgres, Redis and a vendor process.
 
 Each test kills pool children with armed fault points (``agent_worker.faults``)
 and then compares two ledgers that must agree: ours (``aw.effects``) and what

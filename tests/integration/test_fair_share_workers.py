@@ -1,4 +1,4 @@
-"""Fair share through real workers (issue 17): a tenant capped at one lap in
+"""Fair share through real workers: a tenant capped at one lap in
 flight; its second run waits in Postgres while the first holds the slot, the
 slot of a SIGKILLed worker comes back within lease TTL + one sweep, and the
 waiting run is admitted as soon as the slot is handed on. Sampled every

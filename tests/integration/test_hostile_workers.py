@@ -1,5 +1,5 @@
-"""Hostile text through real ``celery -A agent_worker.tasks worker`` processes on Postgres
-(issue 13): a tool whose effect lands and whose answer Postgres cannot store as
+"""Hostile text through real ``celery -A agent_worker.tasks worker`` processes on
+Postgres: a tool whose effect lands and whose answer Postgres cannot store as
 sent (U+0000, a lone surrogate) must not strand the run behind the payment."""
 
 from __future__ import annotations

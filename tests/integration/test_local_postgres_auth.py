@@ -1,4 +1,4 @@
-"""``deploy/local/services.sh`` runs Postgres without trust (issue 16, item 6):
+"""``deploy/local/services.sh`` runs Postgres without trust:
 scram-sha-256 over TCP, a generated password kept for its owner only and given
 to libpq through the passfile, and an app role that owns its database and may
 create test databases but is not a superuser (``COPY ... TO PROGRAM`` refused).

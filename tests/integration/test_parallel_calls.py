@@ -1,5 +1,5 @@
 """Parallel tool calls through real Celery workers, Postgres, Redis and the demo
-vendor (issue 19's acceptance): five idempotent refunds asked in one turn run
+vendor: five idempotent refunds asked in one turn run
 at once; the worker is SIGKILLed once the first has landed in the ledger."""
 
 from __future__ import annotations

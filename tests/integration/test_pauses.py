@@ -1,5 +1,5 @@
 """Pauses as first-class state through real Postgres, Redis and ``celery -A
-tasks worker`` processes (issue 5).
+tasks worker`` processes.
 
 A paused run is a row: no worker process, thread or Celery message waits for
 it. So these tests kill the whole fleet while runs are paused, start new

@@ -1,5 +1,5 @@
 """A rolling deploy with runs in flight, through real workers of version 1 and
-version 2 (issue 14, bug 2): once version 2 migrated a run, every later lap
+version 2: once version 2 migrated a run, every later lap
 runs on version 2 (its laps go to version 2's queue, and a version-1 worker
 cannot claim it), and no lap runs twice."""
 

@@ -1,5 +1,5 @@
-"""Streaming and tracing through real ``celery -A agent_worker.tasks worker`` processes
-(issue 18's acceptance): a client that reconnects three times during a 50-lap
+"""Streaming and tracing through real ``celery -A agent_worker.tasks worker``
+processes: a client that reconnects three times during a 50-lap
 run sees every event once, in order; a run's lap spans all hang under the
 caller's span, with a SIGKILLed and replayed lap visible as two attempts."""
 

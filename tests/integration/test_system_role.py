@@ -1,4 +1,4 @@
-"""The system database role (issue 16): workers, the sweeper and the heartbeat
+"""The system database role: workers, the sweeper and the heartbeat
 connect as a role with BYPASSRLS (``AGENT_WORKER_SYSTEM_DATABASE_URL``), so the
 lap's statements carry no row-level-security policy (``bench.rls``); a
 principal's call never runs on it: the API builds its store from

@@ -1,4 +1,4 @@
-"""Tenancy on real Postgres (issue 16): tenant B can neither see nor act on tenant
+"""Tenancy on real Postgres: tenant B can neither see nor act on tenant
 A's runs, approvals, effects, signals or audit entries, through the API or the
 CLI; run ids that collide across tenants are refused without a word about the
 other run; a non-member's decision is refused and audited; a raw query as the

@@ -1,4 +1,4 @@
-"""Time and hand-offs through real workers (issue 14, bugs 7, 8 and 10).
+"""Time and hand-offs through real workers.
 
 - Worker clocks minutes apart steal no lease: ownership is decided on the
   database's clock.
@@ -38,7 +38,7 @@ from tests.support import Fleet, default_timing
 
 pytestmark = pytest.mark.integration
 
-#: The default timing settings: the short ones of ``worker_env`` hid bug 10.
+#: The default timing settings: the short ones of ``worker_env`` hid a slow recovery.
 DEFAULT_TIMING = default_timing()
 
 #: An agent only this test process knows: no worker serves it.

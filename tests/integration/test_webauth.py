@@ -1,4 +1,4 @@
-"""The web endpoints' principal (issue 16, ``agent_worker.webauth``) on
+"""The web endpoints' principal (``agent_worker.webauth``) on
 Postgres: the SSE app refuses a request without credentials it accepts (401),
 acts as the principal of a bearer token or of a trusted proxy's headers (only
 when one is configured), and so answers a run of another tenant with the same

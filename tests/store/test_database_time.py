@@ -1,5 +1,5 @@
-"""Leases are decided on the database's clock, not the caller's (issue 14,
-bug 8): a worker whose clock runs minutes ahead or behind can neither take a
+"""Leases are decided on the database's clock, not the caller's: a
+worker whose clock runs minutes ahead or behind can neither take a
 live lease nor lose its own. Postgres only: SQLite's clock is its one
 process's (store.dbtime)."""
 

@@ -1,4 +1,4 @@
-"""What the lap's WAL savings must not cost (issue 21 goal 1, BENCHMARKS.md
+"""What the lap's WAL savings must not cost (BENCHMARKS.md
 "Fewer bytes of WAL a lap"), on Postgres, where they apply:
 
 - the event trigger skips the run's row lock its transaction already holds

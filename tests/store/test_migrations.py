@@ -13,7 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
 from agent_worker.store.migrate import MIGRATIONS, alembic_config, current, upgrade
-from agent_worker.store.models import Base
+from agent_worker.store.tables import metadata
 
 
 def _revisions() -> list[str]:
@@ -24,7 +24,7 @@ def _revisions() -> list[str]:
 def _schema_diff(url: str) -> list[object]:
     engine = create_engine(url)
     with engine.connect() as c:
-        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(c), metadata)
     engine.dispose()
     return list(diff)
 

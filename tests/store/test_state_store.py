@@ -1,4 +1,4 @@
-"""The store's side of issue 18 on both dialects: an edit is applied by
+"""The store's side of operators' state edits on both dialects: an edit is applied by
 exactly one fenced commit (a second application rolls that commit back,
 nothing half-written), a commit that fails its fence applies nothing, and a
 claim loads exactly the edits still pending."""

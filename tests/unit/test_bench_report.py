@@ -1,4 +1,4 @@
-"""The benchmark page reads honestly on a shared machine (issue 21, goal 6):
+"""The benchmark page reads honestly on a shared machine:
 its headline is ratios against peers from the same run, paired repeat by
 repeat, with their spread; every table of absolute figures carries its date
 and load; the load of each phase is printed."""

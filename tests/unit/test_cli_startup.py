@@ -1,4 +1,4 @@
-"""``agent-worker --version`` and a cheap start (issue 44).
+"""``agent-worker --version`` and a cheap start.
 
 ``--help`` and ``--version`` must print fast. How fast depends on the machine
 and its load, so the time itself is measured by ``python -m bench.cli_startup``;

@@ -1,4 +1,4 @@
-"""``DatabaseClock`` (issue 14, bug 8): the database's time, carried forward on
+"""``DatabaseClock``: the database's time, carried forward on
 the monotonic clock, whatever the host's wall clock says."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""What used to be process-wide singletons are owned objects with a lifetime
-(issue 15): the API's default handle, a worker process's runtime, and the
+"""What used to be process-wide singletons are owned objects with a
+lifetime: the API's default handle, a worker process's runtime, and the
 model client an agent's factory builds."""
 
 from __future__ import annotations

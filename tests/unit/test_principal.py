@@ -1,4 +1,4 @@
-"""Principals and the built-in role authorizer (issue 16, items 1 and 3), and an
+"""Principals and the built-in role authorizer, and an
 application's own authorizer plugged into a client (in-process, SQLite)."""
 
 from __future__ import annotations

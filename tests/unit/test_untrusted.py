@@ -1,5 +1,5 @@
-"""The rule for untrusted text, identifiers, redaction and terminal-safe printing
-(issue 13), without a database."""
+"""The rule for untrusted text, identifiers, redaction and terminal-safe printing,
+without a database."""
 
 from __future__ import annotations
 

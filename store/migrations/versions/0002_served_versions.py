@@ -2,7 +2,6 @@
 
 Revision ID: 0002_served_versions
 Revises: 0001
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 
 Revision ID: 0003_tenancy
 Revises: 0002_served_versions
-Create Date: 2026-11-30
 
 Row-level security (Postgres only): a row is visible when the setting
 ``agent_worker.tenant`` is ``*`` (our processes' system scope) or the row's

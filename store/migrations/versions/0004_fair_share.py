@@ -2,7 +2,6 @@
 
 Revision ID: 0004_fair_share
 Revises: 0002_served_versions
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations

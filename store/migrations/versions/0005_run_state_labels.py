@@ -3,7 +3,6 @@ index for paged listing, operator state edits, approvals with edited arguments
 
 Revision ID: 0005_run_state_labels
 Revises: 0002_served_versions
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations

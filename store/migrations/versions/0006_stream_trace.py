@@ -2,7 +2,6 @@
 
 Revision ID: 0006_stream_trace
 Revises: 0002_served_versions
-Create Date: 2026-11-30
 
 Why (Postgres only; SQLite serializes every writer, so its ids already follow
 commit order): a stream reader advances a per-run cursor over ``events.id``.

@@ -1,8 +1,7 @@
-"""child runs: which call of which parent started a run (issue 19)
+"""child runs: which call of which parent started a run
 
 Revision ID: 0007_child_runs
 Revises: 0002_served_versions
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""schedules: durable cron schedules (issue 19)
+"""schedules: durable cron schedules
 
 Revision ID: 0009_schedules
 Revises: 0002_served_versions
-Create Date: 2026-11-30
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 Revision ID: 0010_tenant_tables
 Revises: 0009_schedules
-Create Date: 2026-12-01
 
 The same row-level security as ``0003_tenancy`` for the tenant-owned tables
-that landed with it (issues 18 and 19): an operator's state edit and a child
+that landed after it: an operator's state edit and a child
 run's link row are visible when their run is; a schedule when its tenant is
 the transaction's. Fair-share limits and provider pauses are the fleet's
 configuration, not a tenant's data, and stay outside it.

@@ -2,7 +2,6 @@
 
 Revision ID: 0013_rate_limits
 Revises: 0010_tenant_tables
-Create Date: 2026-12-01
 
 Two columns on ``share_limits`` (a tenant's laps and model tokens per minute)
 and ``rate_charges``, the sliding-window log admission charges each admitted

@@ -2,7 +2,6 @@
 
 Revision ID: 0015_scale_indexes
 Revises: 0013_rate_limits
-Create Date: 2026-12-01
 
 Why (BENCHMARKS.md, "Costs at a million runs"): with 1,110,000 runs, listing
 one tenant's succeeded runs read every run of the tenant through

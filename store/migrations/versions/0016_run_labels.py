@@ -2,7 +2,6 @@
 
 Revision ID: 0016_run_labels
 Revises: 0015_scale_indexes
-Create Date: 2026-12-01
 
 Why (BENCHMARKS.md, "Listings under row-level security at a million runs"):
 

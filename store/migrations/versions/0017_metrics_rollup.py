@@ -2,7 +2,6 @@
 
 Revision ID: 0017_metrics_rollup
 Revises: 0015_scale_indexes
-Create Date: 2026-12-01
 
 Why (BENCHMARKS.md, "Costs at a million runs"): the scrape grouped every run
 row by agent and status with four sums, 2.9 s at 1.11 M runs. Now:

@@ -2,9 +2,8 @@
 
 Revision ID: 0018_lap_hot
 Revises: 0015_scale_indexes
-Create Date: 2026-12-01
 
-Why (issue 21 goal 1; BENCHMARKS.md "HOT run-row updates"): a lap updates its
+Why (BENCHMARKS.md "HOT run-row updates"): a lap updates its
 run row twice (the claim, the commit). Neither update changes an indexed
 column any more (``store.runstatus``: a run between laps keeps the stored
 ``running``, its cleared lease shows it ``queued``), so both can be HOT: the

@@ -2,7 +2,6 @@
 
 Revision ID: 0019_waiting_line
 Revises: 0015_scale_indexes
-Create Date: 2026-12-01
 
 Why (BENCHMARKS.md, "Fair share: the fleet's throughput and the head of the
 line"): every admission pass, under the fleet-wide advisory lock, read the

@@ -2,7 +2,6 @@
 
 Revision ID: 0020_approval_totals
 Revises: 0019_waiting_line
-Create Date: 2026-12-02
 
 Why (BENCHMARKS.md, "The metrics scrape at a million runs"): after
 ``0017_metrics_rollup`` the scrape's pending-approval count was its one read

@@ -2,9 +2,8 @@
 
 Revision ID: 0021_event_lock_once
 Revises: 0020_approval_totals
-Create Date: 2026-12-04
 
-Why (issue 21 goal 1, WAL per lap; BENCHMARKS.md "Fewer bytes of WAL a
+Why (WAL per lap; BENCHMARKS.md "Fewer bytes of WAL a
 lap"): ``0006_stream_trace``'s trigger takes the run's row lock (``FOR NO KEY
 UPDATE``) before an event draws its id, so one run's events are numbered in
 commit order. Locking a row version writes a WAL record (54 bytes) even when

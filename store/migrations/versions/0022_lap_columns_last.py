@@ -2,9 +2,8 @@
 
 Revision ID: 0022_lap_columns_last
 Revises: 0021_event_lock_once
-Create Date: 2026-12-04
 
-Why (issue 21 goal 1, WAL per lap; BENCHMARKS.md "Fewer bytes of WAL a
+Why (WAL per lap; BENCHMARKS.md "Fewer bytes of WAL a
 lap"): a lap updates its run row twice (the claim, the commit), both HOT. For
 an update whose new version lands on the old one's page, Postgres logs only
 the bytes between the longest common prefix and the longest common suffix of

@@ -2,9 +2,8 @@
 
 Revision ID: 0023_notify_followed
 Revises: 0022_lap_columns_last
-Create Date: 2026-12-05
 
-Why (issue 21 goals 3 and 5; BENCHMARKS.md "Lap commits no longer queue
+Why (BENCHMARKS.md "Lap commits no longer queue
 behind NOTIFY"): ``0006_stream_trace``'s trigger sent a ``NOTIFY`` for every
 event, and every lap commit inserts one. Postgres commits a transaction that
 notified under a single lock for the whole cluster (``PreCommit_Notify``

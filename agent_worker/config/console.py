@@ -1,0 +1,55 @@
+"""Settings of the run console (``agent_worker.console``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+
+class ConsoleSettings(BaseSettings):
+    """The run console's address, users, sessions and pages."""
+
+    console_bind: str = Field(
+        "127.0.0.1", description="Run console: the address it listens on (`--host` overrides)."
+    )
+    console_port: int = Field(
+        8090, description="Run console: the port it listens on (`--port` overrides)."
+    )
+    console_users: str = Field(
+        "",
+        description="Run console: its users, as a JSON list (or the path of a JSON file) of "
+        "`{id, tenant, roles, password_hash}`; hashes from `agent-worker console "
+        "hash-password`. Empty: nobody can log in with a password.",
+    )
+    console_secret: str = Field(
+        "",
+        description="Run console: the key that signs session cookies. Empty: one is generated "
+        "at start, so a restart logs everybody out (set it when several console processes "
+        "serve one address).",
+    )
+    console_session_hours: float = Field(
+        12.0, gt=0, description="Run console: how long a login lasts."
+    )
+    console_proxy_header: str = Field(
+        "",
+        description="Run console: the header a trusted reverse proxy sets to the id of the "
+        "user it authenticated (single sign-on); the user must be in `CONSOLE_USERS`. Empty: "
+        "off. Set it only when nothing but the proxy can reach the console.",
+    )
+    console_flower_url: str = Field(
+        "http://127.0.0.1:5555",
+        description="Run console: Flower's address, linked from the header and from each run.",
+    )
+    console_metrics_url: str = Field(
+        "http://127.0.0.1:9100/metrics",
+        description="Run console: the metrics address linked from the header.",
+    )
+    console_page_size: int = Field(
+        50, ge=1, le=1000, description="Run console: rows per page of every long list."
+    )
+    console_poll_seconds: float = Field(
+        2.0, gt=0, description="Run console: how often a moving run's page refreshes itself."
+    )
+
+
+__all__ = ["ConsoleSettings"]
