@@ -169,12 +169,20 @@ def make_app() -> Celery:
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         # A broker blip re-pushes running laps; cancel them instead of running twice
-        # (the fenced commit makes any remaining duplicate harmless).
+        # (the fenced commit makes any remaining duplicate harmless). Only a pool
+        # that can stop a lap (prefork, gevent, eventlet) keeps it: the worker turns
+        # it off for threads and solo when it starts (runtime.pool_can_cancel).
         worker_cancel_long_running_tasks_on_connection_loss=True,
         # SIGTERM (remapped to SIGQUIT via REMAP_SIGTERM) gives laps this long, then
-        # hands them back to the broker at once instead of waiting for the VT.
+        # hands them back to the broker at once instead of waiting for the VT. Only
+        # when a lap runs: worker_enable_soft_shutdown_on_idle stays off, since it
+        # makes an idle worker sleep the whole timeout too (WorkController.
+        # wait_for_soft_shutdown). It exists to give ETA/countdown messages held
+        # by an idle worker time to be requeued; we never send any (future laps
+        # wait in Postgres, the sweeper sends them when due), and a message a
+        # worker still held would come back anyway: redelivered by Redis, re-sent
+        # by the sweeper.
         worker_soft_shutdown_timeout=s.soft_shutdown_timeout_seconds,
-        worker_enable_soft_shutdown_on_idle=True,
         # Flower needs task events, including "sent" from producers (each a Redis
         # publish per lap: AGENT_WORKER_TASK_EVENTS=false saves them).
         worker_send_task_events=s.task_events,

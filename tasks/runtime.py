@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from celery import Celery
 from celery.concurrency import get_implementation
+from celery.concurrency.base import BasePool
 from celery.concurrency.thread import TaskPool as ThreadsPool
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.exceptions import CPendingDeprecationWarning
+from celery.signals import (
+    celeryd_after_setup,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 
 from agent_worker.clock import DatabaseClock
 from agent_worker.engine.active_laps import ActiveLaps
@@ -92,6 +101,63 @@ def _size_for_the_pool(sender: Any = None, **_: object) -> None:
     under prefork, before the fork: children keep the parent's one)."""
     if sender is not None:
         _worker.laps_at_once = laps_per_process(sender.pool_cls, sender.concurrency)
+
+
+def pool_can_cancel(pool: str | type) -> bool:
+    """Whether a worker of ``pool`` can stop a running task, which is what
+    ``worker_cancel_long_running_tasks_on_connection_loss`` asks of it
+    (``Request.cancel`` calls ``pool.terminate_job``): prefork kills the pool
+    child (its ``terminate_job`` is bound when the pool starts, so the class
+    does not show it), gevent and eventlet kill the greenlet. Threads and solo
+    run the task in the worker's own process and cannot: ``BasePool``'s
+    ``terminate_job`` raises ``NotImplementedError``."""
+    pool_cls = get_implementation(pool)
+    return (issubclass(pool_cls, get_implementation("prefork"))
+            or pool_cls.terminate_job is not BasePool.terminate_job)
+
+
+#: The notice Celery logs (a ``CPendingDeprecationWarning``, which its worker
+#: turns on with ``'always'``) at each connection loss when
+#: ``worker_cancel_long_running_tasks_on_connection_loss`` is off.
+_CANCEL_BY_DEFAULT_NOTICE = r"\s*In Celery 5\.1 we introduced an optional breaking change"
+
+#: Whether this worker turned the setting off because its pool cannot cancel.
+_cancel_turned_off = False
+
+
+def _quiet_cancel_notice() -> None:
+    warnings.filterwarnings("ignore", message=_CANCEL_BY_DEFAULT_NOTICE,
+                            category=CPendingDeprecationWarning)
+
+
+@worker_init.connect
+def _cancel_only_if_the_pool_can(sender: Any = None, **_: object) -> None:
+    """Cancelling running laps on a broker connection loss needs a pool that
+    can stop them. Under threads (or solo) every loss logged, for each running
+    lap, a false "Terminating it instead" and the ``NotImplementedError`` of
+    ``terminate_job`` (Celery's consumer catches it and goes on): the lap was
+    never stopped. Turned off there, the lap runs on and commits, or the
+    fenced commit turns a redelivered copy away (../shared/CELERY.md, broker
+    blip); under prefork, gevent and eventlet the setting stays as it was.
+    The consumer reads the setting at each loss, in this (the main) process."""
+    global _cancel_turned_off
+    app: Celery | None = getattr(sender, "app", None)
+    if app is None or pool_can_cancel(sender.pool_cls):
+        return
+    if app.conf.worker_cancel_long_running_tasks_on_connection_loss:
+        app.conf.worker_cancel_long_running_tasks_on_connection_loss = False
+        _cancel_turned_off = True
+        _quiet_cancel_notice()
+
+
+@celeryd_after_setup.connect
+def _quiet_after_celery_logging(**_: object) -> None:
+    """``celery worker`` sets up its logging after ``worker_init`` and puts
+    ``'always'`` in front of every Celery deprecation warning then: the
+    filter goes in front again, for the notice of the setting turned off above
+    only (an application that leaves it off itself keeps Celery's notice)."""
+    if _cancel_turned_off:
+        _quiet_cancel_notice()
 
 
 @worker_process_init.connect
