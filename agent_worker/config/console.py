@@ -23,9 +23,11 @@ class ConsoleSettings(BaseSettings):
     )
     console_secret: str = Field(
         "",
-        description="Run console: the key that signs session cookies. Empty: one is generated "
-        "at start, so a restart logs everybody out (set it when several console processes "
-        "serve one address).",
+        description="Run console: the key that signs session cookies, at least 32 characters "
+        "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`); a placeholder "
+        "(`changeme`, `CHANGE_ME`, ...) or a shorter key is refused at start. Empty: one is "
+        "generated at start, so a restart logs everybody out (set it when several console "
+        "processes serve one address).",
     )
     console_session_hours: float = Field(
         12.0, gt=0, description="Run console: how long a login lasts."
@@ -35,6 +37,30 @@ class ConsoleSettings(BaseSettings):
         description="Run console: the header a trusted reverse proxy sets to the id of the "
         "user it authenticated (single sign-on); the user must be in `CONSOLE_USERS`. Empty: "
         "off. Set it only when nothing but the proxy can reach the console.",
+    )
+    console_trusted_proxies: str = Field(
+        "",
+        description="Run console: the addresses (comma-separated IPs or networks, e.g. "
+        "`10.0.0.5,10.1.0.0/16`) of the TLS-terminating reverse proxies whose "
+        "`X-Forwarded-Proto` and `X-Forwarded-For` it believes: a request from one is "
+        "taken as HTTPS (so the session cookie is `Secure`) and as coming from the address "
+        "the proxy names (login throttling). Empty: no forwarded header is believed.",
+    )
+    console_login_user_failures: int = Field(
+        5, ge=1,
+        description="Run console: failed logins to one user name within "
+        "`CONSOLE_LOGIN_WINDOW_SECONDS` after which its logins are refused (429) until the "
+        "window passes; a successful login resets it. Counted per console process.",
+    )
+    console_login_address_failures: int = Field(
+        20, ge=1,
+        description="Run console: failed logins from one client address within "
+        "`CONSOLE_LOGIN_WINDOW_SECONDS` after which its logins are refused (429) until the "
+        "window passes. Counted per console process.",
+    )
+    console_login_window_seconds: float = Field(
+        300.0, gt=0,
+        description="Run console: the sliding window over which failed logins are counted.",
     )
     console_flower_url: str = Field(
         "http://127.0.0.1:5555",

@@ -2,7 +2,10 @@
 
 ``create_app(worker)`` is what tests and ``agent-worker console`` serve. The
 Jinja environment escapes everything (``autoescape=True`` for every template,
-whatever its name): model and tool text is data, never markup.
+whatever its name): model and tool text is data, never markup. Every response
+carries the security headers, and only the configured proxies' forwarded
+headers are believed (``console.security``); the app refuses to be built with a
+placeholder secret.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from agent_worker.api import AgentWorker, client
 from agent_worker.console import actions, approvals, run
@@ -22,7 +26,14 @@ from agent_worker.console.auth import login_page, logout_page
 from agent_worker.console.context import Console, Page, handler
 from agent_worker.console.revocation import MemoryRevocations, RedisRevocations, Revocations
 from agent_worker.console.runs import runs_page
+from agent_worker.console.security import (
+    SecurityHeaders,
+    check_console_secrets,
+    forwarded,
+    trusted_proxies,
+)
 from agent_worker.console.session import Sessions
+from agent_worker.console.throttle import LoginThrottle
 from agent_worker.console.users import UserBook
 from agent_worker.console.views import FILTERS
 from agent_worker.inprocess import InProcessWorker
@@ -38,20 +49,47 @@ def environment() -> Environment:
     return env
 
 
+class ConsoleApp(Starlette):
+    """Starlette with two layers outside its own middleware, error handling
+    included (a 500 carries the headers too): outermost the trusted proxies'
+    forwarded headers, then the security headers."""
+
+    def __init__(self, routes: list[BaseRoute], trusted: list[str]) -> None:
+        super().__init__(routes=routes)
+        self.trusted = trusted
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return forwarded(SecurityHeaders(super().build_middleware_stack()), self.trusted)
+
+
 def create_app(worker: AgentWorker | None = None, *, settings: Settings | None = None,
                users: UserBook | None = None,
-               revocations: Revocations | None = None) -> Starlette:
+               revocations: Revocations | None = None,
+               throttle: LoginThrottle | None = None) -> Starlette:
     """The console over ``worker`` (default: the configured ``client()``), its
     users from ``users`` or ``AGENT_WORKER_CONSOLE_USERS``, logged-out
-    sessions in ``revocations`` (default: ``revocations_for(worker)``)."""
+    sessions in ``revocations`` (default: ``revocations_for(worker)``), failed
+    logins counted by ``throttle`` (default: the settings' limits).
+
+    Raises:
+        PlaceholderSecretError: the session key, or the password of the
+            database or broker URL, is a placeholder (``check_console_secrets``).
+    """
+    if worker is None:  # refused before connecting to anything
+        check_console_secrets(settings or get_settings())
     aw = worker or client()
     s = settings or aw.rt.settings
+    check_console_secrets(s)
     book = users if users is not None else UserBook.parse(s.console_users)
     sessions = Sessions(book, secret=s.console_secret,
                         max_age_seconds=s.console_session_hours * 3600,
                         proxy_header=s.console_proxy_header,
                         revocations=revocations or revocations_for(aw, s))
-    console = Console(aw=aw, sessions=sessions, env=environment(), settings=s)
+    throttle = throttle or LoginThrottle(per_user=s.console_login_user_failures,
+                                         per_address=s.console_login_address_failures,
+                                         window_seconds=s.console_login_window_seconds)
+    console = Console(aw=aw, sessions=sessions, env=environment(), settings=s,
+                      throttle=throttle)
 
     async def home(request: Request) -> Response:
         return RedirectResponse("/runs", status_code=303)
@@ -75,7 +113,7 @@ def create_app(worker: AgentWorker | None = None, *, settings: Settings | None =
         page("/runs/{run_id}/actions/{verb}", actions.act, ["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes)
+    return ConsoleApp(routes, trusted_proxies(s.console_trusted_proxies))
 
 
 def revocations_for(aw: AgentWorker, settings: Settings) -> Revocations:
@@ -96,4 +134,4 @@ def app_from_settings() -> Starlette:
     return create_app(settings=get_settings())
 
 
-__all__ = ["app_from_settings", "create_app", "environment", "revocations_for"]
+__all__ = ["ConsoleApp", "app_from_settings", "create_app", "environment", "revocations_for"]

@@ -4,7 +4,9 @@ The login form has its own CSRF token (double submit: a signed cookie and a
 hidden field that must match), so a cross-site page cannot log a browser into
 an account of the attacker's choosing. ``next`` only ever names a path of this
 console: an absolute URL is ignored, so the login cannot be used to bounce a
-user to another site.
+user to another site. Failed logins are counted per user name and per client
+address (``console.throttle``): past the limits a login is refused with 429 and
+``Retry-After`` before its password is even checked.
 """
 
 from __future__ import annotations
@@ -37,16 +39,24 @@ def login_page(console: Console) -> Endpoint:
             token = sessions.login_token(request)
             response = render(console, "login.html", next=safe_next(
                 request.query_params.get("next")), login_csrf=token, error=None)
-            sessions.remember_login_token(response, token)
+            sessions.remember_login_token(response, token, https=request.url.scheme == "https")
             return response
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
         target = safe_next(form.get("next"))
         if not sessions.login_token_ok(request, form.get(CSRF_FIELD, "")):
             return _again(console, request, target, "The login form expired; try again.", 403)
-        user = await run_in_threadpool(sessions.users.login, form.get("username", ""),
-                                       form.get("password", ""))
+        name, address = form.get("username", ""), client_address(request)
+        wait = console.throttle.retry_after(name, address)
+        if wait:
+            refused = _again(console, request, target, "Too many failed logins; try again "
+                             f"in {wait} seconds.", 429)
+            refused.headers["Retry-After"] = str(wait)
+            return refused
+        user = await run_in_threadpool(sessions.users.login, name, form.get("password", ""))
         if user is None:
+            console.throttle.failed(name, address)
             return _again(console, request, target, "Unknown user or wrong password.", 401)
+        console.throttle.succeeded(name)
         done = RedirectResponse(target, status_code=303)
         sessions.start(done, user, https=request.url.scheme == "https")
         return done
@@ -54,12 +64,19 @@ def login_page(console: Console) -> Endpoint:
     return endpoint
 
 
+def client_address(request: Request) -> str:
+    """The address a login comes from: the connection's peer, or the client a
+    trusted proxy names (``console.security.forwarded`` already put it there)."""
+    return request.client.host if request.client else "unknown"
+
+
 def _again(console: Console, request: Request, target: str, error: str, status: int
            ) -> Response:
     token = console.sessions.login_token(request)
     response = render(console, "login.html", status, next=target, login_csrf=token,
                       error=error)
-    console.sessions.remember_login_token(response, token)
+    console.sessions.remember_login_token(response, token,
+                                          https=request.url.scheme == "https")
     return response
 
 
@@ -90,4 +107,4 @@ def logout_page(console: Console) -> Endpoint:
     return endpoint
 
 
-__all__ = ["login_page", "logout_page", "safe_next"]
+__all__ = ["client_address", "login_page", "logout_page", "safe_next"]

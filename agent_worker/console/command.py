@@ -28,7 +28,8 @@ def serve(
     port: Annotated[int | None, typer.Option(
         help="Port (default AGENT_WORKER_CONSOLE_PORT: 8090).")] = None,
 ) -> None:
-    """Serve the run console (until interrupted)."""
+    """Serve the run console (until interrupted); refuses to start with a
+    placeholder session key or database password."""
     if ctx.invoked_subcommand is not None:
         return
     import uvicorn  # the server, only when serving: hash-password needs none of it
@@ -43,10 +44,13 @@ def serve(
                          "nobody can log in\n")
     bind = host or settings.console_bind
     chosen = port if port is not None else settings.console_port
+    # Refuses a placeholder session key or database/broker password, before serving.
+    console = create_app(settings=settings, users=users)
     sys.stdout.write(f"serving the run console on http://{bind}:{chosen}/\n")
     sys.stdout.flush()
-    uvicorn.run(create_app(settings=settings, users=users), host=bind, port=chosen,
-                log_level="warning", proxy_headers=False)
+    # uvicorn's own proxy headers stay off: the app believes the forwarded
+    # headers of AGENT_WORKER_CONSOLE_TRUSTED_PROXIES only (console.security).
+    uvicorn.run(console, host=bind, port=chosen, log_level="warning", proxy_headers=False)
 
 
 @app.command("hash-password")

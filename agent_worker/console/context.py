@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from agent_worker.api import AgentWorker
 from agent_worker.console.session import CSRF_FIELD, Sessions, Visitor, csrf_ok
+from agent_worker.console.throttle import LoginThrottle
 from agent_worker.errors import (
     AgentWorkerError,
     CsrfRefusedError,
@@ -38,12 +39,14 @@ from agent_worker.settings import Settings
 @dataclass
 class Console:
     """What the app holds for its lifetime: the API handle (acting as nobody
-    in particular: every request re-binds it), sessions, templates, settings."""
+    in particular: every request re-binds it), sessions, templates, settings,
+    and the count of failed logins."""
 
     aw: AgentWorker
     sessions: Sessions
     env: Environment
     settings: Settings
+    throttle: LoginThrottle
 
 
 @dataclass

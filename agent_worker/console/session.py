@@ -2,7 +2,9 @@
 optional trusted proxy header.
 
 The session is a cookie signed with itsdangerous (no table, no migration):
-``{"u": user id, "n": nonce}``, HttpOnly, SameSite=Lax, expiring after
+``{"u": user id, "n": nonce}``, HttpOnly, SameSite=Lax, ``Secure`` when the
+request came over HTTPS (directly, or through a trusted proxy's
+``X-Forwarded-Proto``: ``console.security``), expiring after
 ``console_session_hours``. It holds no role and no tenant: those are read from
 the configured user on every request, so removing a user or a role takes
 effect at once. The CSRF token is an HMAC of the session's nonce: a page can
@@ -119,9 +121,10 @@ class Sessions:
             return False
         return True
 
-    def remember_login_token(self, response: Response, token: str) -> None:
+    def remember_login_token(self, response: Response, token: str, *,
+                             https: bool = False) -> None:
         response.set_cookie(LOGIN_COOKIE, token, max_age=3600, httponly=True,
-                            samesite="lax", secure=self.secure)
+                            samesite="lax", secure=self.secure or https)
 
     def login_token_ok(self, request: Request, sent: str) -> bool:
         """Double submit: the form's token equals the cookie's, and we signed it."""

@@ -155,3 +155,32 @@ def test_a_failed_runs_page_shows_the_error_and_the_failing_lap(
     expect(error.locator("#failing-lap")).to_be_visible()
     expect(error.locator("#error-text")).to_contain_text(REFUSAL)
     expect(page.locator("#lap-timeline tr[data-lap='1']")).to_be_visible()
+
+
+def test_the_content_security_policy_blocks_nothing_the_pages_use(
+        page: Page, console: ConsoleServer, cast: Cast, runs: Runs,
+        submitter: AgentWorker) -> None:
+    """Every page under the console's policy: no violation reported, the style
+    sheet applied and the script running (the live region refreshes)."""
+    violations: list[str] = []
+    page.on("console", lambda m: violations.append(m.text)
+            if "Content Security Policy" in m.text else None)
+    page.add_init_script("document.addEventListener('securitypolicyviolation', e => "
+                         "console.error('Content Security Policy: ' + e.violatedDirective"
+                         " + ' ' + e.blockedURI))")
+    page.goto(f"{console.url}/login")
+    log_in(page, console, cast.operator)
+    run_reaching(submitter, runs.fails, "failed")
+    for path in ("/runs", "/approvals", f"/runs/{runs.fails}", f"/runs/{runs.gift}",
+                 f"/runs/{runs.fails}/actions/fork", "/runs/no-such-run"):
+        answer = page.goto(console.url + path)
+        assert answer is not None
+        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+        # console.css paints the header: the style sheet was allowed.
+        header = page.locator("#site-header")
+        expect(header).to_have_css("background-color", "rgb(34, 48, 60)")
+    # console.js polls a moving run's live region (script-src and connect-src).
+    moving = submitter.start_run("console-gift", {}).id
+    with page.expect_request(f"**/runs/{moving}/live"):
+        page.goto(f"{console.url}/runs/{moving}")
+    assert violations == []

@@ -50,9 +50,13 @@ def test_a_cookie_copied_before_logout_is_refused_after_it(
     assert again.get("/runs").status_code == 200
 
 
+#: The fleet's session key (every replica's): 32 characters at least.
+FLEET_SECRET = "fleet-wide-session-key-0123456789abcdef"
+
+
 def _replica(worker: InProcessWorker, users: UserBook, broker_url: str) -> TestClient:
     """A console process of a fleet: its own Redis connection, the fleet's secret."""
-    settings = worker.rt.settings.model_copy(update={"console_secret": "fleet-secret"})
+    settings = worker.rt.settings.model_copy(update={"console_secret": FLEET_SECRET})
     app = create_app(worker, users=users, settings=settings,
                      revocations=RedisRevocations(broker_url))
     return TestClient(app, follow_redirects=False)
