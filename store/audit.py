@@ -1,5 +1,6 @@
 """The audit log's SQL: append (inside the verb's own transaction when one is
-pending), list with filters, prune at the ledger's retention.
+pending), list with filters, prune at the ledger's retention (never an entry younger
+than the owner's ``audit_log_retention()`` on Postgres).
 
 An action and its audit entry commit together or not at all: the API puts the
 entry in ``pending(entry)`` around its one writing store call, and the store's
@@ -87,12 +88,16 @@ def list_tx(conn: Connection, *, tenant: str | None, principal: str | None, acti
 
 def prune_tx(conn: Connection, *, before: datetime, batch: int) -> int:
     """Delete up to ``batch`` entries older than ``before`` (the ledger's
-    retention). On Postgres the append-only trigger lets a DELETE through only
-    for rows older than the cutoff this transaction declares."""
-    cutoff = before.astimezone(UTC).replace(tzinfo=None)
+    retention). On Postgres through ``audit_log_prune`` (migration
+    ``0024_append_only_audit``), the owner's function that never deletes an
+    entry younger than its own ``audit_log_retention()``, whatever ``before``
+    says: the append-only trigger refuses any such DELETE."""
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT set_config('agent_worker.audit_prune_before', :c, true)"),
-                     {"c": cutoff.isoformat()})
+        cutoff = before.astimezone(UTC).replace(tzinfo=None)
+        found = conn.execute(text("SELECT audit_log_prune(CAST(:before AS timestamp), "
+                                  "CAST(:batch AS integer))"),
+                             {"before": cutoff, "batch": batch})
+        return int(found.scalar_one())
     ids = select(audit_log.c.id).where(audit_log.c.at < before).limit(batch)
     doomed = [r[0] for r in conn.execute(ids)]
     if not doomed:

@@ -11,10 +11,12 @@ now take no such lock.
 
 A follower's row says "until ``expires_at``": a reader renews it while it
 waits and deletes it when it stops; one that died without deleting it stops
-counting at ``expires_at`` and is removed by the next registration. Like
-``rate_charges`` this is the fleet's plumbing (a run id and a time), not a
-tenant's data: it stays outside row-level security, so the trigger's check
-costs every event insert one index probe, under any role.
+counting at ``expires_at`` and is removed by the next registration. Which
+runs are followed is a tenant's to see, so the table has the forced policy of
+the child tables (migration ``0024_append_only_audit``): a row is visible when
+its run is. The trigger's check is still one index probe per event insert;
+the system scope passes the policy's first arm without the run lookup, and
+the system role skips the policy altogether.
 """
 
 from __future__ import annotations

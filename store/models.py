@@ -299,9 +299,11 @@ class ChildRunRow(Base):
 
 
 class AuditRow(Base):
-    """Append-only record of every human or operator action, refusals included
-   . Postgres refuses UPDATE and DELETE of it outside the retention
-    prune (migration ``0003_tenancy``)."""
+    """Append-only record of every human or operator action, refusals
+    included. Postgres refuses UPDATE and TRUNCATE of it, and DELETE of an entry
+    younger than the owner's ``audit_log_retention()``; the retention prune
+    goes through the owner's ``audit_log_prune`` (migrations ``0003_tenancy``,
+    ``0024_append_only_audit``)."""
 
     __tablename__ = "audit_log"
 

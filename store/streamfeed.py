@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Engine, select
 
+from agent_worker.store import tenancy
 from agent_worker.store.base import StoredMessage
 from agent_worker.store.followers import FOLLOW, FOLLOW_SECONDS, RUNNING, STILL_RUNNING, UNFOLLOW
 from agent_worker.store.rows import messages, to_message
@@ -77,6 +78,12 @@ class PgEventWaiter:
         self._renew_at = 0.0
         self._unsettled: list[str] = []
         try:
+            # ``event_followers`` is under row-level security (0024) and this
+            # connection is not the engine's: it sets the scope itself, for the
+            # session: the principal's tenant inside ``scope``, else the
+            # system scope the engine's connections start with.
+            self._conn.execute("SELECT set_config(%s, %s, false)",
+                               (tenancy.SETTING, tenancy.current() or tenancy.SYSTEM))
             # Subscribed before registered: every hint the registration lets
             # the trigger send arrives.
             self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(run_id))))
