@@ -87,6 +87,14 @@ class RunIdUnavailableError(InvalidInputError):
     code = "run_id_unavailable"
 
 
+class RunConflictError(InvalidInputError):
+    """Raised when ``start_run`` names a run id that exists with another agent
+    or another input: a retried start returns the run only when it repeats
+    the original; nothing is written."""
+
+    code = "run_conflict"
+
+
 class PermissionDeniedError(AgentWorkerError):
     """Raised when the acting principal may not do what it asked (its roles, the
     application's authorizer or an approval's owner say no); the refusal is

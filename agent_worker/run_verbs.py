@@ -19,7 +19,7 @@ from agent_worker.agent import Agent
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import load_checkpoint
 from agent_worker.engine import children
-from agent_worker.engine.newrun import admit_input, admitted_run, new_run
+from agent_worker.engine.newrun import admit_input, admitted_run, new_run, retried_start
 from agent_worker.errors import InvalidInputError, InvalidStateError
 from agent_worker.shareapi import check_priority
 from agent_worker.steering import RunStateView, check_labels, state_edit, state_view
@@ -59,7 +59,13 @@ class RunVerbs(Verbs):
         The run belongs to the principal's tenant; ``tenant`` may only repeat
         it (an admin acting across tenants names the tenant here). Run ids are
         global: an id another tenant uses raises ``RunIdUnavailableError``,
-        which says nothing about that run."""
+        which says nothing about that run.
+
+        Raises:
+            RunConflictError: ``run_id`` names an existing run of another
+                agent or with another input (a retried start must repeat the
+                original; two concurrent starts of one id with different
+                inputs: the one that did not create the run gets this)."""
         name = agent.name if isinstance(agent, Agent) else agent
         if isinstance(agent, Agent) and version is None:
             version = agent.version
@@ -69,11 +75,9 @@ class RunVerbs(Verbs):
         self._authorize("start", None, target=run_id)
         existing = self._existing(run_id, tenant)
         if existing is not None:
-            if existing.agent_name != spec.name:
-                raise InvalidInputError(
-                    f"run {run_id} already exists for agent {existing.agent_name}, "
-                    f"not {spec.name}")
-            return existing
+            if existing.agent_name == spec.name:  # else refused whatever the input
+                input = admit_input(spec, input, self.rt.settings)
+            return retried_start(existing, spec, input)
         priority = check_priority(priority)
         checked_labels = check_labels(labels, self.rt.settings)
         input = admit_input(spec, input, self.rt.settings)
@@ -88,11 +92,10 @@ class RunVerbs(Verbs):
             run, created = self.rt.store.create_run(
                 replace(new, traceparent=traceparent, priority=priority))
         if not created:
-            self._claimable(run, tenant)  # raced with another tenant's start of this id
-            if run.agent_name != spec.name:
-                raise InvalidInputError(
-                    f"run {run_id} already exists for agent {run.agent_name}, not {spec.name}")
-            return run
+            # Raced with another start of this id, which won: this call gets
+            # that run only if it asked for the same one.
+            self._claimable(run, tenant)  # another tenant's start of this id
+            return retried_start(run, spec, input)
         self._send_next(run)
         return run
 

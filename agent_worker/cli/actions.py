@@ -71,7 +71,9 @@ def submit(
     input: Annotated[str | None, typer.Option(
         "--input", "-i", help="Run input: JSON, @file.json, or - for stdin.")] = None,
     run_id: Annotated[str | None, typer.Option(help="Choose the run id (a retried submit "
-                                                    "with the same id starts nothing).")]
+                                                    "with the same id and input starts "
+                                                    "nothing; another input is refused, "
+                                                    "exit 2 run_conflict).")]
     = None,
     tenant: Annotated[str | None, typer.Option(help="Tenant the run belongs to.")] = None,
     version: Annotated[str | None, typer.Option(help="Agent version (default: newest).")]

@@ -6,7 +6,8 @@ Exit codes (stable, for scripts):
     0  ok
     1  operational failure: a run failed or was cancelled under --wait, a
        timeout, the database or broker unreachable, anything unexpected
-    2  bad input: malformed JSON, unknown agent/approval/effect, invalid ids
+    2  bad input: malformed JSON, unknown agent/approval/effect, invalid ids,
+       a run id that exists with another agent or input (``run_conflict``)
     3  not found: no such run
     4  invalid state: the run or approval does not allow that now
     5  permission denied: the principal (AGENT_WORKER_PRINCIPAL_*) may not

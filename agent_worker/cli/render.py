@@ -50,11 +50,12 @@ def runs_table(rows: Sequence[dict[str, Any]], at: datetime) -> Table:
         waiting = r["waiting_for"] or ""
         if r["status"] == "sleeping" and r["wake_at"]:
             waiting = f"until +{span(_t(r['wake_at']) - at)}"  # type: ignore[operator]
+        waiting = escape(waiting)  # data: its brackets are text, not markup
         if r["status"] == "failed" and r["error_code"]:
             waiting = f"[red]{escape(r['error_code'])}[/]"
         table.add_row(escape(r["id"]), escape(f"{r['agent']}@{r['agent_version']}"),
                       escape(r["tenant"] or ""), styled_status(r["status"]), str(r["lap"]),
-                      _plan_cell(r["plan"]), escape(waiting), since, r["cost"],
+                      _plan_cell(r["plan"]), waiting, since, r["cost"],
                       ago(_t(r["created_at"]), at))
     return table
 
@@ -75,8 +76,10 @@ def run_panel(d: dict[str, Any], at: datetime) -> RenderableType:
     grid.add_column()
 
     def row(k: str, v: Any) -> None:
+        # Text, not markup: values are data (a plan step or a result's ``[x]``
+        # is printed as it is); a styled value is passed as ``Text`` already.
         if v not in (None, "", [], {}):
-            grid.add_row(k, v if isinstance(v, Text) else str(v))
+            grid.add_row(k, v if isinstance(v, Text) else Text(str(v)))
 
     row("status", Text.from_markup(styled_status(d["status"])
                                    + (" [bold red](stale)[/]" if d["stale"] else "")))

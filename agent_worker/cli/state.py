@@ -25,7 +25,8 @@ def show_state(run_id: RunArg, json_out: JsonOpt = False) -> None:
     console.print(f"[bold]{escape(view.run_id)}[/] {view.status} after lap {view.lap}"
                   + (f", waiting for {escape(view.waiting_for)}" if view.waiting_for else ""))
     for i, item in enumerate(view.plan, 1):
-        console.print(f"  {i}. [{'x' if item.done else ' '}] {escape(item.title)}")
+        # "[x]" escaped: as markup it is a tag, which rich drops.
+        console.print(f"  {i}. \\[{'x' if item.done else ' '}] {escape(item.title)}")
     if view.next_action:
         console.print(f"  next: {escape(view.next_action)}")
     for key, value in view.facts.items():

@@ -67,8 +67,15 @@ class ConsoleSettings(BaseSettings):
         description="Run console: Flower's address, linked from the header and from each run.",
     )
     console_metrics_url: str = Field(
-        "http://127.0.0.1:9100/metrics",
-        description="Run console: the metrics address linked from the header.",
+        "",
+        description="Run console: the metrics address linked from the header (e.g. "
+        "`http://127.0.0.1:9100/metrics`, where `agent-worker metrics` serves). Empty: no "
+        "link.",
+    )
+    console_currency: str = Field(
+        "USD", pattern=r"^[A-Z]{3}$",
+        description="Run console: the currency of the agents' price tables (an ISO 4217 "
+        "code), shown with every cost.",
     )
     console_page_size: int = Field(
         50, ge=1, le=1000, description="Run console: rows per page of every long list."

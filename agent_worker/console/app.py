@@ -15,7 +15,7 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
@@ -97,11 +97,15 @@ def create_app(worker: AgentWorker | None = None, *, settings: Settings | None =
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
+    async def favicon(request: Request) -> Response:
+        # Where browsers look when a page names no icon (the pages name /static/favicon.svg).
+        return FileResponse(HERE / "static" / "favicon.ico", media_type="image/x-icon")
+
     def page(path: str, fn: Page, methods: list[str] | None = None) -> Route:
         return Route(path, handler(console, fn), methods=methods or ["GET"])
 
     routes: list[BaseRoute] = [
-        Route("/", home), Route("/healthz", healthz),
+        Route("/", home), Route("/healthz", healthz), Route("/favicon.ico", favicon),
         Route("/login", login_page(console), methods=["GET", "POST"]),
         Route("/logout", logout_page(console), methods=["POST"]),
         page("/runs", runs_page),

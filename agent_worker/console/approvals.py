@@ -64,11 +64,16 @@ def inbox(ctx: Ctx) -> Response:
     return ctx.render("approvals.html",
                       mine=_oldest_first(Pager.of(mine[::-1], ctx.query, "page", size)),
                       others=_oldest_first(Pager.of(others[::-1], ctx.query, "others", size)),
-                      notice=ctx.query.get("done"), page_link=ctx.page_link)
+                      notice=DECIDED.get(ctx.query.get("done") or ""), page_link=ctx.page_link)
 
 
 def _oldest_first(pager: Pager[Any]) -> Pager[Any]:
     return Pager(pager.items[::-1], pager.page, pager.pages, pager.total, pager.param)
+
+
+#: A decision, the ``done`` it redirects back to the inbox with, and what the inbox then says.
+OUTCOMES = {"approve": "approved", "reject": "rejected"}
+DECIDED = {"approved": "Approved.", "rejected": "Rejected."}
 
 
 def decide(ctx: Ctx) -> Response:
@@ -83,7 +88,7 @@ def decide(ctx: Ctx) -> Response:
         ctx.aw.approve(approval_id, comment=comment, arguments=_edited(ctx))
     else:
         raise InvalidInputError("decision must be approve or reject")
-    return RedirectResponse(f"/approvals?done={decision}d", status_code=303)
+    return RedirectResponse(f"/approvals?done={OUTCOMES[decision]}", status_code=303)
 
 
 def _edited(ctx: Ctx) -> dict[str, Any] | None:

@@ -9,14 +9,18 @@ paged on the server (``Pager``), so a run of 500 laps renders one page of each.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
+from urllib.parse import quote
 
 from starlette.responses import Response
 
 from agent_worker.authorization import AccessRequest, Action
 from agent_worker.console.applicable import applies, waited_effect
 from agent_worker.console.context import Ctx
-from agent_worker.console.views import Pager, lap_rows, page_number, pages
+from agent_worker.console.views import Pager, duration, lap_rows, money, page_number, pages
+from agent_worker.constants import LAP_TASK_NAME
 from agent_worker.errors import ConfigurationError
 from agent_worker.store import runpages, tenancy
 from agent_worker.store.base import RunRecord
@@ -63,9 +67,12 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
                    "detail": run.error_detail,
                    "events": [e for e in events.items if e.lap == run.next_lap][:5]}
     plan = list(state.plan)
+    currency = ctx.console.settings.console_currency
     return {
-        "run": run, "state": state, "budget": budget(run, state.budget),
-        "cost": aw.cost(run), "finished": run.status in TERMINAL, "failing": failing,
+        "run": run, "state": state,
+        "budget": budget(run, state.budget, currency, aw.rt.clock.now()),
+        "cost": money(aw.cost(run), currency), "laps_charged": run.laps_used,
+        "finished": run.status in TERMINAL, "failing": failing,
         "laps": Pager(lap_rows(run.id, w.commits, w.lap_messages, w.lap_effects), lap_page,
                       pages(run.lap, size), run.lap, "laps"),
         "messages": Pager(w.messages[0], w.messages[2], pages(w.messages[1], size),
@@ -79,7 +86,7 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
         "approvals": aw.list_approvals(run_id=run.id) if run.status == "waiting" else [],
         "actions": allowed_actions(ctx, run),
         "waited_effect": waited_effect(run),
-        "flower_run": f"{ctx.console.settings.console_flower_url}/tasks?search={run.id}",
+        "flower_run": flower_laps(ctx.console.settings.console_flower_url, run.id),
         "poll_ms": int(ctx.console.settings.console_poll_seconds * 1000),
         "query": str(ctx.request.url.query),
         "page_link": ctx.page_link,
@@ -97,19 +104,63 @@ NOTICES = {"cancel": "Cancel requested.", "signal": "Signal sent.", "retry": "Re
            "fork": "Forked: this is the new run.", "resolve": "Effect resolved."}
 
 
-def budget(run: RunRecord, ledger: dict[str, Any]) -> list[dict[str, Any]]:
-    """Used against limit, per limit the run has."""
+def flower_laps(flower_url: str, run_id: str) -> str:
+    """Flower's tasks page showing this run's laps alone.
+
+    Flower 2.2's tasks page fills its search box from the ``state``,
+    ``worker`` and ``name`` query parameters only (each as ``key:value``; a
+    ``search`` parameter is ignored), so the run's filter rides in ``name``
+    after the lap task's name: the box then reads ``name:agent_worker.run_lap
+    kwargs:run_id=<id>``, the laps whose kwargs hold that run id (laps are
+    sent with ``run_id`` as a keyword, ``tasks.dispatch``). A run id has no
+    space or quote to escape (``untrusted.check_name``). The space is ``%20``:
+    the page decodes the parameter with ``decodeURIComponent``, which leaves a
+    ``+`` as it is."""
+    search = f"{LAP_TASK_NAME} kwargs:run_id={run_id}"
+    return f"{flower_url.rstrip('/')}/tasks?name={quote(search, safe='')}"
+
+
+def budget(run: RunRecord, ledger: dict[str, Any], currency: str,
+           now: datetime) -> list[dict[str, Any]]:
+    """Used against limit (``None``: unlimited), as text, per resource the
+    budget limits. Laps are the laps charged to the budget, the ones that
+    called the model (``budget.BudgetLedger``): a lap that only ran calls
+    held for an approval or a signal is committed but not charged, so the
+    count can be below the run's committed laps (the header says both).
+    The deadline row is wall-clock time since the run started against the
+    time it was given."""
     limits = run.limits or {}
-    return [
-        {"name": "laps", "used": run.laps_used, "limit": limits.get("max_laps")},
-        {"name": "input tokens", "used": run.input_tokens,
-         "limit": limits.get("max_input_tokens")},
-        {"name": "output tokens", "used": run.output_tokens,
-         "limit": limits.get("max_output_tokens")},
-        {"name": "cost", "used": f"{run.cost_micros / 1_000_000:.6f}",
-         "limit": limits.get("max_cost")},
-        {"name": "deadline", "used": ledger.get("started_at"), "limit": ledger.get("deadline")},
+    max_cost = limits.get("max_cost")
+    rows: list[dict[str, Any]] = [
+        {"name": "laps", "used": str(run.laps_used), "limit": _count(limits.get("max_laps"))},
+        {"name": "input tokens", "used": str(run.input_tokens),
+         "limit": _count(limits.get("max_input_tokens"))},
+        {"name": "output tokens", "used": str(run.output_tokens),
+         "limit": _count(limits.get("max_output_tokens"))},
+        {"name": "cost", "used": money(Decimal(run.cost_micros) / 1_000_000, currency),
+         "limit": None if max_cost is None else money(max_cost, currency)},
     ]
+    started, deadline = _instant(ledger.get("started_at")), _instant(ledger.get("deadline"))
+    if started is not None:
+        until = run.finished_at or now
+        rows.append({
+            "name": "deadline", "used": duration((until - started).total_seconds()),
+            "limit": None if deadline is None else duration(
+                (deadline - started).total_seconds()),
+            "deadline": deadline})
+    return rows
+
+
+def _count(limit: Any) -> str | None:
+    return None if limit is None else str(limit)
+
+
+def _instant(value: Any) -> datetime | None:
+    """A ledger time (ISO text in the state view) as an aware datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    at = datetime.fromisoformat(str(value))
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def run_page(ctx: Ctx) -> Response:

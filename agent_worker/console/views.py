@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Generic, TypeVar
 
 from agent_worker.cli.common import span
@@ -61,6 +62,35 @@ def ago(value: datetime | None) -> str:
     delta = datetime.now(UTC) - value
     text = span(abs(delta))
     return f"{text} ago" if delta.total_seconds() >= 0 else f"in {text}"
+
+
+def money(amount: Decimal | str | float | int, currency: str) -> str:
+    """``1.25 USD``; below 1, up to four decimals (model calls cost fractions
+    of a cent: ``0.0042 USD``), at least two; ``<0.0001 USD`` for less."""
+    value = Decimal(str(amount))
+    if value == 0:
+        return f"0.00 {currency}"
+    if abs(value) >= 1:
+        text = f"{value.quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
+    elif abs(value) < Decimal("0.0001"):
+        text = "<0.0001" if value > 0 else "-<0.0001"
+    else:
+        text = f"{value.quantize(Decimal('0.0001'), ROUND_HALF_UP):f}".rstrip("0")
+        text += "0" * max(0, 2 - len(text.partition(".")[2]))
+    return f"{text} {currency}"
+
+
+def duration(seconds: float) -> str:
+    """``45s``, ``2m 05s``, ``3h 20m``, ``2d 4h``: a wall-clock span to the
+    second below an hour."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
 
 
 FILTERS: dict[str, Callable[..., str]] = {"shown": shown, "as_json": as_json, "when": when,
@@ -133,5 +163,5 @@ def durations(trace: Sequence[dict[str, Any]]) -> dict[str, float | None]:
             "total": float(trace[-1]["ms"]) if trace else None}
 
 
-__all__ = ["FILTERS", "Pager", "ago", "as_json", "brief", "durations", "lap_rows",
-           "page_number", "pages", "shown", "when"]
+__all__ = ["FILTERS", "Pager", "ago", "as_json", "brief", "duration", "durations", "lap_rows",
+           "money", "page_number", "pages", "shown", "when"]

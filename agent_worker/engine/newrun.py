@@ -17,11 +17,11 @@ from agent_worker.agent import Agent
 from agent_worker.budget import Budget, BudgetLedger
 from agent_worker.checkpoint import Checkpoint, dump_checkpoint
 from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
-from agent_worker.errors import InvalidInputError, PayloadTooLargeError
+from agent_worker.errors import InvalidInputError, PayloadTooLargeError, RunConflictError
 from agent_worker.messages import Message
 from agent_worker.runtime import Runtime
 from agent_worker.settings import Settings
-from agent_worker.store.base import NewRun
+from agent_worker.store.base import NewRun, RunRecord
 from agent_worker.untrusted import clean
 
 
@@ -87,4 +87,28 @@ def admitted_run(rt: Runtime, spec: Agent, input: Any, *, run_id: str, tenant: s
                    budget=None, now=rt.clock.now(), limits=limits)
 
 
-__all__ = ["admit_input", "admitted_run", "json_size", "new_run"]
+def retried_start(existing: RunRecord, spec: Agent, input: Any) -> RunRecord:
+    """``existing`` if a start of ``spec`` on the admitted ``input`` asked for
+    it (the same agent, the same input as stored): an idempotent retry.
+
+    Raises:
+        RunConflictError: ``existing`` is another agent's run, or was started
+            with another input.
+    """
+    if existing.agent_name != spec.name:
+        raise RunConflictError(
+            f"run {existing.id} already exists for agent {existing.agent_name}, not "
+            f"{spec.name}; choose another run id")
+    if _as_stored(input) != _as_stored(existing.input):
+        raise RunConflictError(
+            f"run {existing.id} already exists with a different input; a retried start "
+            "must repeat the original input, or choose another run id")
+    return existing
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` as the store hands it back (JSON's lists, not tuples)."""
+    return json.loads(json.dumps(value, sort_keys=True))
+
+
+__all__ = ["admit_input", "admitted_run", "json_size", "new_run", "retried_start"]

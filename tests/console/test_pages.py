@@ -51,7 +51,8 @@ def test_failed_run_page_shows_the_error_and_the_failing_lap(
     assert re.search(r'id="failing-lap" data-lap="2">Failing lap: 2<', page.text)
     assert REFUSAL in page.text and 'id="error-detail"' in page.text
     assert 'data-finished="true"' in page.text
-    assert 'href="http://flower.test/tasks?search=' + failed in page.text
+    assert ('href="http://flower.test/tasks?name=agent_worker.run_lap%20kwargs%3Arun_id%3D'
+            + failed in page.text)
 
 
 def test_markup_from_tools_renders_as_text(worker: InProcessWorker,

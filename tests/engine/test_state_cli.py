@@ -19,6 +19,9 @@ import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, register, tool, turn
 from agent_worker.agent import Agent
 from agent_worker.cli import main
+from agent_worker.errors import ModelRefusalError
+from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.state_toolkit import state_tools
 from tests.principals import acting
 
 
@@ -31,6 +34,19 @@ def pay(amount_cents: int, ctx: ToolContext) -> int:
 register(Agent(name="cli-state", model=ScriptedModel(
     lambda r: turn("paying", [("pay", {"amount_cents": 700})]) if r.lap == 1
     else turn("done")), tools=[pay]))
+
+
+register(Agent(name="cli-planner", model=ScriptedModel(
+    lambda r: turn("planning", [("set_plan", {"steps": ["look [up]", "[bold]reply[/]"]}),
+                                ("mark_step", {"step": 1})]) if r.lap == 1
+    else turn("done")), tools=[*state_tools]))
+
+
+def _refuse(r: ModelRequest) -> ModelResponse:
+    raise ModelRefusalError("[red]no[/]")
+
+
+register(Agent(name="cli-refused", model=ScriptedModel(_refuse)))
 
 
 @pytest.fixture
@@ -102,3 +118,31 @@ def test_runs_show_prints_plan_facts_and_labels(w: InProcessWorker) -> None:
         assert main(["runs", "show", run.id]) == 0
     text = out.getvalue()
     assert '{"ticket": 7}' in text and "customer=acme-show" in text and "0/1" in text
+
+
+def _text(*argv: str) -> str:
+    """What a command prints for a person, into a pipe (as here: not a terminal)."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(list(argv)) == 0
+    return out.getvalue()
+
+
+def test_runs_state_prints_done_steps_with_their_mark(w: InProcessWorker) -> None:
+    run = w.start_run("cli-planner", "go")
+    w.run_until_idle()
+    lines = _text("runs", "state", run.id).splitlines()
+    # the mark, and step titles as data: their brackets are text, not markup
+    assert "  1. [x] look [up]" in lines and "  2. [ ] [bold]reply[/]" in lines
+    shown = _text("runs", "show", run.id)
+    assert "next: [bold]reply[/]" in shown
+
+
+def test_failed_runs_listed_into_a_pipe_print_no_markup(w: InProcessWorker) -> None:
+    run = w.start_run("cli-refused", "go")
+    w.run_until_idle()
+    assert w.get_run(run.id).status == "failed"
+    text = _text("runs", "list", "--status", "failed", "--limit", "500")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(run.id)]
+    assert "model_refusal" in line and "[" not in line
+    assert "[red]" not in text and "[/]" not in text

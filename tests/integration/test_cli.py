@@ -275,6 +275,9 @@ def test_submit_wait_list_show_and_plan_progress(cli: Cli, database_url: str) ->
     again = cli("submit", "loop", "--input", '{"laps": 3}', "--run-id", "cli-loop-1",
                 "--json", inproc=True).json
     assert again["id"] == "cli-loop-1" and again["status"] == "succeeded", "idempotent id"
+    other = cli("submit", "loop", "--input", '{"laps": 4}', "--run-id", "cli-loop-1",
+                "--json", code=2, inproc=True)
+    assert json.loads(other.err)["error"]["code"] == "run_conflict", "another input: refused"
 
     listed = cli("runs", "list", "--tenant", "cli-t1", "--json").json
     assert [r["id"] for r in listed] == ["cli-loop-1"]
