@@ -6,7 +6,8 @@
 # tests on both cores (pytest-xdist; each xdist worker has its own test
 # database and Redis database), then the chaos suite and the slow tests alone,
 # because they measure recovery times and must not share the machine, then the
-# chaos suite's kill storm again under the threads pool. With
+# chaos suite's kill storm again under the threads pool, then the real-worker
+# tests once more with every runtime dependency at its declared floor. With
 # arguments: one plain pytest run with them (`-m "not chaos"`, a file, `-k`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,4 +38,38 @@ python -m pytest -q -m "chaos or slow" || status=$?
 # under the pool users deploy, not only under the prefork default.
 AGENT_WORKER_TEST_POOL=threads python -m pytest -q -m chaos tests/chaos/test_chaos_suite.py \
     || status=$?
+# The floors. Each ">=" in pyproject.toml is a promise that only the newest
+# versions (.venv, above) would otherwise test: a virtual environment of its own
+# with every runtime dependency at exactly its floor (constraints/floors.txt;
+# the dev tools at their newest) runs the durable path through real
+# `celery -A agent_worker.tasks worker` processes (lap loop, exactly-once
+# effects, pauses, beat's schedules, the store's conformance suite on Postgres)
+# and the tests of the floors raised for a reason (croniter's DST days, the
+# provider SDKs, flower, typer, starlette, alembic's migrations). About 3 minutes
+# of tests, plus the install.
+floors_venv=.data/floors-venv
+floors_log="$(mktemp "${TMPDIR:-/tmp}/agent-worker-floors.XXXXXX")"
+rm -rf "$floors_venv"
+if python3 -m venv "$floors_venv" >"$floors_log" 2>&1 \
+    && "$floors_venv/bin/python" -m pip install -q -c constraints/floors.txt -e '.[dev]' \
+        >>"$floors_log" 2>&1; then
+    # -W: starlette's TestClient before 1.6 names anyio.abc.BlockingPortal, an
+    # alias anyio 4.15 deprecated; only the tests import the TestClient.
+    ( . "$floors_venv/bin/activate" && python -m pytest -q -p no:benchmark -n 2 --dist loadgroup \
+        -m "not chaos and not slow and not browser" \
+        -W "ignore:The anyio.abc.BlockingPortal alias is deprecated:DeprecationWarning" \
+        tests/integration/test_lap_loop.py tests/integration/test_effects.py \
+        tests/integration/test_pauses.py tests/integration/test_schedules_beat.py \
+        tests/store/test_conformance.py \
+        tests/store/test_migrations.py::test_upgrade_from_empty_matches_models \
+        tests/integration/test_providers.py tests/integration/test_flower.py \
+        tests/integration/test_webauth.py tests/integration/test_metrics.py \
+        tests/unit/test_crontimes.py tests/unit/test_cli_startup.py \
+        tests/engine/test_tracing.py tests/engine/test_schedules_cli.py ) || status=$?
+else
+    echo "test: the floors' virtual environment ($floors_venv) did not install:" >&2
+    cat "$floors_log" >&2
+    status=1
+fi
+rm -f "$floors_log"
 exit "$status"
