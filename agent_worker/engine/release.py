@@ -15,7 +15,7 @@ from typing import Any, Literal, cast
 from agent_worker import fairshare
 from agent_worker.agent import Agent
 from agent_worker.engine import admit, children
-from agent_worker.engine.saga import compensate, reconcile
+from agent_worker.engine.saga import compensate, give_up, reconcile
 from agent_worker.errors import AgentWorkerError, CheckpointVersionError
 from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
@@ -134,11 +134,14 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
         return "retrying"
     if ending:
         log.error("run %s: compensation failed for good: %s", run.id, reduced(message))
+        unknown = give_up(rt, run.id, claim.owner)
         release(rt, claim, RunUpdate(
             status="failed", error_code="compensation_failed",
             error_message=f"compensation failed: {message} (the run was ending because: "
-                          f"{run.error_message or run.cancel_reason})", error_detail=detail),
-            {"kind": "finished", "status": "failed", "error": message[:500]},
+                          f"{run.error_message or run.cancel_reason})" + _naming(unknown),
+            error_detail=detail),
+            {"kind": "finished", "status": "failed", "error": message[:500],
+             **({"unknown": unknown} if unknown else {})},
             fence_cancel=False)
         return "failed"
     log.error("run %s lap %s failed for good: %s", claim.run.id, claim.lap,
@@ -150,38 +153,58 @@ def _record_error(rt: Runtime, claim: Claim, e: Exception,
 
 
 def finish_ending(rt: Runtime, agent: Agent, claim: Claim) -> Outcome:
-    """Undo what must be undone, then end the run as failed or cancelled."""
+    """Settle the ledger, undo what must be undone, then end the run as failed
+    or cancelled. The run ends only with no effect ``pending`` or ``unknown``
+    (``saga.reconcile``): until a human resolves an unknown one it waits on it.
+    Only an ending that fails for good ends with unknown effects, named in the
+    run's error and its ``finished`` event."""
     run = claim.run
     # ``ending`` is stored as text; only a lap's failure path writes it ("failed").
     ending: RunStatus = ("cancelled" if run.cancel_requested_at is not None
                          else cast("RunStatus", run.ending or "failed"))
     if run.lap_attempts > rt.settings.max_lap_attempts:
+        unknown = give_up(rt, run.id, claim.owner)
         release(rt, claim, RunUpdate(
             status="failed", error_code="compensation_failed",
-            error_message=f"compensation kept failing; last error: {run.error_message}",
-            error_detail=run.error_detail), {"kind": "finished", "status": "failed"},
+            error_message=f"compensation kept failing; last error: {run.error_message}"
+                          + _naming(unknown),
+            error_detail=run.error_detail),
+            {"kind": "finished", "status": "failed", **({"unknown": unknown} if unknown else {})},
             fence_cancel=False)
         return "finished"
     children.cancel_all(rt, run)
-    unsettled = reconcile(rt, agent, run.id)
-    if unsettled is not None:
-        # Undoing (or not) a call nobody knows landed is a human's decision;
-        # ending now would leave the booking in place. The ending resumes
-        # once `effects resolve` records the verdict.
+    settled = reconcile(rt, agent, run.id, claim.owner)
+    unsettled = [key for key, status in settled.items() if status == "unknown"]
+    if unsettled:
+        # Whether a call nobody can look up landed (and so whether to undo
+        # it) is a human's decision; ending now would leave the ledger, and
+        # maybe the booking, wrong. The ending resumes once `effects resolve`
+        # records the verdict, one effect at a time; the event names them all.
         release(rt, claim, RunUpdate(
-            status="waiting", waiting_for=WaitingFor.effect(unsettled), ending=ending,
+            status="waiting", waiting_for=WaitingFor.effect(unsettled[0]), ending=ending,
             error_code=run.error_code, error_message=run.error_message,
             error_detail=run.error_detail),
-            {"kind": "effect_unknown", "key": unsettled, "ending": ending},
+            {"kind": "effect_unknown", "key": unsettled[0], "ending": ending,
+             "unknown": unsettled},
             reset_attempts=True, fence_cancel=False)
         return "paused"
     undone = compensate(rt, agent, run.id, run.tenant, claim.owner)
     release(rt, claim, RunUpdate(status=ending, ending=ending, error_code=run.error_code,
                                   error_message=run.error_message or run.cancel_reason,
                                   error_detail=run.error_detail),
-             {"kind": "finished", "status": ending, "compensations": undone},
+             {"kind": "finished", "status": ending, "compensations": undone,
+              **({"reconciled": settled} if settled else {})},
              fence_cancel=False)
     return "finished"
+
+
+def _naming(unknown: list[str]) -> str:
+    """The run's error's note of the effects it ends with unknown."""
+    if not unknown:
+        return ""
+    shown = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10
+                                        else "")
+    return f"; effects of unknown outcome (check them with the vendor): {shown}"
 
 
 __all__ = ["Outcome", "finish_ending", "handle_error", "release", "resend_orphan"]

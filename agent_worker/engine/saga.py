@@ -1,9 +1,21 @@
-"""Compensation: when a run fails or is cancelled, settle the compensatable
-effects whose outcome is unknown, then undo the applied ones in reverse order.
+"""Ending a run: first settle every effect whose outcome is not known, then
+undo the applied compensatable ones in reverse order (the saga).
+
+Settling (``reconcile``) follows the ledger's replay rules, minus the re-call:
+a ``pending`` or ``unknown`` effect of any kind is looked up by its key when
+its tool has a lookup, and the ledger adopts the answer (``applied`` with the
+vendor's record, or ``not_applied``); without a lookup it is ``unknown`` and a
+human says whether it landed (``effects resolve``) before the run can end. An
+ending run never calls a tool again, even an idempotent one: that would make
+the call the run was stopped from making. So a final run's ledger holds no
+``pending`` row (docs/reference/guarantees.md).
+
 Each undo is itself a ledger entry (key ``<original>:undo``), so a worker
 killed mid-compensation resumes where it stopped and never undoes anything
 twice (undo functions receive that key and must pass it on, like any
-idempotent call)."""
+idempotent call). Every decision is preceded by a fenced write (the intent's
+``begin_effect``, as a replay's): a worker that lost the run decides nothing,
+and one killed midway leaves rows the next attempt settles the same way."""
 
 from __future__ import annotations
 
@@ -15,36 +27,93 @@ from agent_worker.faults import fault
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import EffectIntent, EffectRecord
 from agent_worker.tools import ToolContext
+from agent_worker.vocabulary import EffectStatus
+
+#: What an ending run's ledger may not be left with.
+UNSETTLED: tuple[EffectStatus, ...] = ("pending", "unknown")
 
 
-def reconcile(rt: Runtime, agent: Agent, run_id: str) -> str | None:
-    """Settle the compensatable effects whose outcome is not known (pending:
-    a worker died mid-call; unknown: still waiting for a human) before undoing
-    anything, the way a replay would: the tool's lookup first (found means it
-    landed, so it is undone; not found means it never did); without a lookup,
-    a human decides. Returns the key of the first effect a human must resolve,
-    or ``None`` when every outcome is known."""
+def _held(rt: Runtime, effect: EffectRecord, owner: str) -> EffectRecord:
+    """``effect`` as it stands now, after re-checking that ``owner`` still
+    holds the run (raises ``LeaseLost``); a pending row counts the attempt,
+    like a replay's."""
+    row, _ = rt.store.begin_effect(
+        EffectIntent(key=effect.key, run_id=effect.run_id, lap=effect.lap,
+                     call_index=effect.call_index, tool_name=effect.tool_name,
+                     tool_version=effect.tool_version, kind=effect.kind,
+                     args_hash=effect.args_hash, args=effect.args,
+                     compensates=effect.compensates),
+        owner=owner, now=rt.clock.now(), fence_cancel=False)
+    return row
+
+
+def reconcile(rt: Runtime, agent: Agent, run_id: str, owner: str) -> dict[str, EffectStatus]:
+    """Settle every effect of the ending run ``run_id`` whose outcome is not
+    known (pending: a worker died mid-call, or its reply was lost; unknown:
+    still waiting for a human), whatever its tool's kind, before anything is
+    undone: the tool's lookup first (found: ``applied``, with what the vendor
+    recorded; not found: ``not_applied``); without a lookup (or without the
+    tool, removed by a deploy), ``unknown``, for a human. Compensations
+    (``:undo`` rows) are left to ``compensate``, which finishes them under
+    their own key.
+
+    Returns each examined effect's status now, in ledger order; the run may
+    end only when none is ``unknown``."""
+    settled: dict[str, EffectStatus] = {}
     for effect in rt.store.list_effects(run_id):
-        if (effect.kind != "compensatable" or effect.compensates is not None
-                or effect.status not in ("pending", "unknown")):
+        if effect.compensates is not None or effect.status not in UNSETTLED:
             continue
-        tool = agent.tool(effect.tool_name)
+        row = _held(rt, effect, owner)
+        if row.status not in UNSETTLED:
+            settled[row.key] = row.status
+            continue
+        tool = agent.tool(row.tool_name)
         if tool is None or tool.lookup_fn is None:
-            if effect.status == "pending":
+            if row.status == "pending":
+                why = ("its tool is no longer deployed" if tool is None
+                       else "its tool has no lookup")
                 rt.store.finish_effect(
-                    effect.key, status="unknown", result=None, now=rt.clock.now(),
-                    error="the run is ending and this call's outcome is unknown (no lookup); "
-                          "a human must say whether it landed before it can be undone")
-            return effect.key
-        found = tool.lookup_fn(effect.key)
+                    row.key, status="unknown", result=None, now=rt.clock.now(),
+                    error=f"the run is ending and this call's outcome is unknown ({why}; "
+                          "an ending run never calls a tool again): a human must say "
+                          "whether it landed")
+            settled[row.key] = "unknown"
+            continue
+        found = tool.lookup_fn(row.key)
         if found is None:
-            rt.store.finish_effect(effect.key, status="not_applied", result=None,
+            rt.store.finish_effect(row.key, status="not_applied", result=None,
                                    error="lookup found nothing: never applied",
                                    now=rt.clock.now())
+            settled[row.key] = "not_applied"
         else:
-            rt.store.finish_effect(effect.key, status="applied", result=found, error=None,
+            # Untrusted like any tool output (engine.admit): cleaned, redacted, bounded.
+            kept = admit.tool_result(found, rt.settings, agent.redact)
+            rt.store.finish_effect(row.key, status="applied", result=kept, error=None,
                                    now=rt.clock.now())
-    return None
+            settled[row.key] = "applied"
+    return settled
+
+
+def give_up(rt: Runtime, run_id: str, owner: str) -> list[str]:
+    """The ending failed for good: mark every effect still ``pending``
+    (including an undo that never finished) ``unknown``, so the final ledger
+    says what is true; returns the keys of every ``unknown`` effect of the run,
+    for its record. No lookup is asked: it may be what kept failing."""
+    unknown: list[str] = []
+    for effect in rt.store.list_effects(run_id):
+        if effect.status == "pending":
+            row = _held(rt, effect, owner)
+            if row.status == "pending":
+                rt.store.finish_effect(
+                    row.key, status="unknown", result=None, now=rt.clock.now(),
+                    error="the run's ending failed for good while this call's outcome was "
+                          "unknown: check it with the vendor")
+                unknown.append(row.key)
+            elif row.status == "unknown":
+                unknown.append(row.key)
+        elif effect.status == "unknown":
+            unknown.append(effect.key)
+    return unknown
 
 
 def compensate(rt: Runtime, agent: Agent, run_id: str, tenant: str | None,

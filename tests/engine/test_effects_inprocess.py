@@ -226,15 +226,20 @@ def test_same_key_with_different_arguments_fails_the_run(worker: InProcessWorker
     assert worker.run_until_idle(max_laps=1) == 1  # first attempt: intent, then lost
     assert worker.get_run(run.id).error_message is not None
     _agent(worker, [pay_tool("eur")], laps)  # the "deploy"
+    key = effect_key(run.id, 1, 0)
+    # The failing run's payment is still pending and the tool has no lookup:
+    # the ending never calls it again, so a human says whether it landed.
+    paused = worker.wait(run.id, timeout=30, until=lambda r: r.status == "waiting")
+    assert (paused.waiting_for, paused.ending) == (f"effect:{key}", "failed")
+    acting(worker, "ops@example.com").resolve_effect(key, applied=False)
     done = worker.wait(run.id, timeout=30)
     assert done.status == "failed"
     assert done.error_code == "idempotency_conflict"
-    key = effect_key(run.id, 1, 0)
     assert key in (done.error_message or "") and "different arguments" in (
         done.error_message or "")
     assert vendor.calls == [key] and vendor.applied == []
     [effect] = worker.effects(run.id)
-    assert effect.args["currency"] == "usd"
+    assert effect.args["currency"] == "usd" and effect.status == "not_applied"
 
 
 @pytest.mark.parametrize("approved", [True, False])
@@ -330,4 +335,6 @@ def test_compensation_that_keeps_failing_ends_the_run(worker: InProcessWorker) -
     assert laps < 50
     k1 = effect_key(run.id, 1, 0)
     status = {e.key: e.status for e in worker.effects(run.id)}
-    assert status == {k1: "applied", compensation_key(k1): "pending"}
+    # The undo's outcome is not known: the final ledger says so, and so does the run.
+    assert status == {k1: "applied", compensation_key(k1): "unknown"}
+    assert compensation_key(k1) in (done.error_message or "")

@@ -246,10 +246,13 @@ def test_a_cancel_seen_mid_turn_stops_the_calls_not_yet_started(
     learns of the cancel); call 1 is already running and finishes; calls 2 and
     3 check the lease before starting and never run. The run ends cancelled."""
     ran: list[int] = []
+    returned: dict[str, int] = {}
     both = threading.Barrier(2, timeout=10)
     seen = threading.Event()
 
-    @tool(kind="idempotent")
+    # What really happened, by key: the ending settles call 0 (stopped
+    # mid-call, so pending) by asking, and never calls it again.
+    @tool(kind="idempotent", lookup=returned.get)
     def work(n: int, ctx: ToolContext) -> int:
         """Call 0 cancels its own run."""
         ran.append(n)
@@ -264,6 +267,7 @@ def test_a_cancel_seen_mid_turn_stops_the_calls_not_yet_started(
                 seen.set()
         else:
             seen.wait(10)
+        returned[ctx.idempotency_key] = n
         return n
 
     name = _agent(worker, [work], [("work", {"n": i}) for i in range(4)],

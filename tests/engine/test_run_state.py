@@ -204,7 +204,9 @@ def test_update_state_refuses_bad_edits_and_finished_runs(w: InProcessWorker) ->
         w.update_state(run.id, note="too late")
 
 
-@tool(kind="idempotent")
+# Its lookup says what is true of this fake (it charges nothing): the failed
+# run's ledger settles the call by asking (a failing run never calls again).
+@tool(kind="idempotent", lookup=lambda key: None)
 def charge(amount: int, ctx: ToolContext) -> str:
     """A journaled tool must not write the run's state (its replay is not a call)."""
     ctx.set_next_action("never")
