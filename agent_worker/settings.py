@@ -2,7 +2,8 @@
 
 Nothing reads the environment at import time; ``get_settings()`` builds the value
 once per process (tests call ``get_settings.cache_clear()`` after changing it).
-The README's configuration table is generated from the field descriptions.
+The configuration reference (docs/reference/configuration.md) is generated from the
+field descriptions.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from agent_worker.config.operations import OperationsSettings
 
 
 # The fields are declared by concern in ``agent_worker.config``. Pydantic
-# orders them from the last base to the first: the README's table (and
+# orders them from the last base to the first: the reference's table (and
 # ``model_fields``) reads fleet, callers, operations, fair share, console.
 class Settings(ConsoleSettings, FairShareSettings, OperationsSettings, CallerSettings,
                FleetSettings):
@@ -35,7 +36,7 @@ def get_settings() -> Settings:
 
 
 def config_table() -> str:
-    """The README's configuration table, generated from the field descriptions."""
+    """The configuration reference's table, generated from the field descriptions."""
     rows = ["| variable | default | what it is for |", "|---|---|---|"]
     for name, f in Settings.model_fields.items():
         default = "" if f.default in ("", None) else f"`{f.default}`"

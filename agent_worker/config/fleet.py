@@ -73,7 +73,7 @@ class FleetSettings(BaseSettings):
         description="Celery pool of a worker process (a `--pool` flag other than "
         "`prefork`, which Celery takes for its default, overrides it). "
         "`prefork`: one lap per process, hard time limits kill a hung lap. `threads`: many "
-        "laps per process waiting on their model calls (IO-bound fleets, see README); no "
+        "laps per process waiting on their model calls (IO-bound fleets: the fleet guide); no "
         "Celery time limits, a lap past `AGENT_WORKER_LAP_TIME_LIMIT_SECONDS` loses its lease "
         "instead.",
     )
