@@ -18,7 +18,7 @@ import pytest
 import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, register, tool, turn
 from agent_worker.agent import Agent
-from agent_worker.cli import main
+from agent_worker.cli import common, main
 from agent_worker.errors import ModelRefusalError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.state_toolkit import state_tools
@@ -138,7 +138,11 @@ def test_runs_state_prints_done_steps_with_their_mark(w: InProcessWorker) -> Non
     assert "next: [bold]reply[/]" in shown
 
 
-def test_failed_runs_listed_into_a_pipe_print_no_markup(w: InProcessWorker) -> None:
+def test_failed_runs_listed_into_a_pipe_print_no_markup(
+        w: InProcessWorker, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Into a pipe the table is as wide as COLUMNS says (Rich's 80 without it,
+    # as on CI, which cuts the error column off): wide enough for the whole row.
+    monkeypatch.setattr(common.console, "width", 200)
     run = w.start_run("cli-refused", "go")
     w.run_until_idle()
     assert w.get_run(run.id).status == "failed"

@@ -212,6 +212,23 @@ def host(command: str, env: Env) -> None:
         assert glob.glob(str(ROOT / "deploy/.env.example"))
 
 
+def a_setting(command: str, env: Env) -> None:
+    """``AGENT_WORKER_NAME=value`` shown as configuration: a setting that
+    exists, and a value it accepts."""
+    from agent_worker.settings import Settings
+
+    name, value = command.split("=", 1)
+    field = name.removeprefix("AGENT_WORKER_").lower()
+    assert field in Settings.model_fields, f"{name} is not a setting"
+    Settings.model_validate({field: value})
+
+
+def prints_a_key(command: str, env: Env) -> None:
+    """The console's key generator: one line, long enough for the check it meets."""
+    done = env.run(command)
+    assert done.returncode == 0 and len(done.stdout.strip()) >= 32, done
+
+
 def in_the_embedding_test(command: str, env: Env) -> None:
     """An application's own app (README, "Add agent-worker to your
     application"): the embedding test starts it from such a folder."""
@@ -238,7 +255,9 @@ RULES: list[tuple[str, Check]] = [
      r"|agent-worker runs state RUN"
      r"|python -m bench\.\w+( .*)?", usage),
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
-    (r"agent-worker console hash-password( --stdin)?", usage),
+    (r"agent-worker console( hash-password( --stdin)?)?", usage),
+    (r"AGENT_WORKER_[A-Z_]+=\S+", a_setting),
+    (r"python -c 'import secrets; print\(secrets\.token_urlsafe\(32\)\)'", prints_a_key),
     (r"agent-worker runs follow RUN .*", usage),
     (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN( --laps)?|runs list --parent RUN"
      r"|submit [a-z-]+ .*)", usage),

@@ -3,10 +3,10 @@
 Revision ID: 0024_append_only_audit
 Revises: 0023_notify_followed
 
-Issue 48, findings 2 and 3 (Postgres only; SQLite has neither roles nor
-row-level security, and nothing changes there).
+Postgres only (SQLite has neither roles nor row-level security, and nothing
+changes there).
 
-**The audit log (finding 2).** ``0003_tenancy``'s trigger let a DELETE through
+**The audit log.** ``0003_tenancy``'s trigger let a DELETE through
 for rows older than ``agent_worker.audit_prune_before``, a setting any caller
 may set: a transaction that set it to the future first removed any entry,
 and a delete followed by an insert rewrote an entry's principal. Now:
@@ -40,13 +40,13 @@ setting shows, and delete entries older than the retention (what the next
 prune would delete anyway). It can no longer delete or change an entry
 younger than the retention by any setting, so it cannot rewrite or hide a
 recent action. Where the app role also **owns** the table (the local setup
-today; issue 48 item 1 gives the tables an owner of their own), the owner's
+today, until the tables get an owner role of their own), the owner's
 DDL remains open to it: dropping or disabling the trigger, redefining
 ``audit_log_retention()``, ``ALTER TABLE ... NO FORCE ROW LEVEL SECURITY``.
 No trigger or policy can hold against its table's owner; only a separate
 owner makes the log append-only against DDL too.
 
-**Rate charges and followers (finding 3).** ``rate_charges`` (a tenant
+**Rate charges and followers.** ``rate_charges`` (a tenant
 column) and ``event_followers`` (a run column) had no policy: with the tenant
 setting on tenant A, tenant B's charges and followed runs were readable.
 Both get the forced policy of every tenant-owned table: a charge is visible
