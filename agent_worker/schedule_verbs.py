@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_worker.access import scoped
 from agent_worker.authorization import Action
 from agent_worker.engine.crontimes import check_cron, next_after, zone
 from agent_worker.engine.newrun import admit_input
@@ -86,17 +87,28 @@ class ScheduleVerbs:
             last_fire_at=None, last_run_id=None, created_by=self._principal("api"),
             created_at=now, updated_at=now))
 
+    @scoped
     def get_schedule(self, name: str) -> ScheduleRecord:
-        """The schedule ``name``. Raises ``UnknownScheduleError``."""
+        """The schedule ``name`` (its input too: reading it takes ``read``, as a
+        run's does).
+
+        Raises:
+            UnknownScheduleError: no such schedule in the principal's tenant.
+            PermissionDeniedError: no role allows ``read``.
+        """
         found = None if not _storable(name) else self.rt.store.get_schedule(name)
         if found is None or not self.principal.sees(found.tenant):
             raise UnknownScheduleError(f"unknown schedule {clean_text(str(name))!r}")
+        self._authorize("read", None, target=name)
         return found
 
+    @scoped
     def list_schedules(self, *, tenant: str | None = None, limit: int = 100
                        ) -> list[ScheduleRecord]:
         """Schedules of the principal's tenant by name (``tenant`` narrows an
-        admin's view across tenants)."""
+        admin's view across tenants). Raises ``PermissionDeniedError`` (no role
+        allows ``read``, the rule of ``list_runs``)."""
+        self._authorize("read", None)
         if tenant is not None and not _storable(tenant):
             return []
         if not self.principal.all_tenants:

@@ -6,7 +6,11 @@ Changing limits is an operator's act: the ``share`` action (granted to the
 place, ``_share_operator``; a refusal is audited and raises
 ``PermissionDeniedError``, a change is audited in its own transaction. The
 limits are the fleet's: a principal bound to one tenant may change only that
-tenant's rows, never another's or the ``*`` default.
+tenant's rows, never another's or the ``*`` default. Reading them and the
+queues takes the ``read`` action, like ``list_runs``, and a principal bound to
+one tenant sees that tenant's rows only: another tenant's names, caps, weights
+and who set them are its business. Views with no tenant to narrow them to
+(the metrics exporter) need a principal across tenants (``fleet_view``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent_worker.access import scoped
 from agent_worker.authorization import Action
 from agent_worker.errors import InvalidInputError, NotFoundError
 from agent_worker.fairshare import agent_shares, policy
@@ -189,18 +194,43 @@ class FairShareVerbs:
         if self.rt.share_limits is not None:
             self.rt.share_limits.read_at = float("-inf")
 
-    def share_limits(self) -> list[ShareLimit]:
-        """Every row of the limits table."""
-        return self._share_store().share_limits()
+    def fleet_view(self, what: str) -> None:
+        """Allow a view of the whole fleet (``what``, e.g. the metrics) only to
+        a principal across tenants that may read: its figures mix every
+        tenant's runs and cannot be narrowed to one. A refusal is audited.
 
+        Raises:
+            PermissionDeniedError: a principal bound to one tenant, or no role
+                allows ``read``.
+        """
+        self._authorize("read", None, target=what)
+        if not self.principal.all_tenants:
+            self._refuse("read", f"{what} covers every tenant: a principal across tenants "
+                         "('*') reads it", tenant=self.principal.tenant, target=what)
+
+    @scoped
+    def share_limits(self) -> list[ShareLimit]:
+        """The rows of the limits table the principal sees: every row across
+        tenants, else its own tenant's (not the ``*`` defaults, which another
+        operator set). Raises ``PermissionDeniedError`` (no role allows ``read``)."""
+        self._authorize("read", None, target="share")
+        return [row for row in self._share_store().share_limits()
+                if self.principal.sees(row.tenant)]
+
+    @scoped
     def queues(self) -> list[QueueView]:
         """Per tenant and agent with runs queued or running: caps, rate
         limits, in flight, queued, throttled (waiting for a slot or for its
-        rate's window) and the oldest wait."""
+        rate's window) and the oldest wait; a principal bound to one tenant
+        gets its tenant's lines only. Raises ``PermissionDeniedError`` (no role
+        allows ``read``)."""
+        self._authorize("read", None, target="queues")
         pol = policy(self.rt)
         shares = agent_shares(self.rt)
         views = []
         for line in self._share_store().queue_lines(now=self.rt.clock.now()):
+            if not self.principal.sees(line.tenant or None):
+                continue
             share = shares.get(line.agent)
             provider = share.provider if share else None
             rate = pol.tenant_rates.get(line.tenant, pol.rate_default)

@@ -149,7 +149,8 @@ def metrics(
                                             "serving.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Serve the Prometheus endpoint at /metrics (read from the store at each scrape)."""
+    """Serve the Prometheus endpoint at /metrics (read from the store at each scrape).
+    Its figures are every tenant's: the principal must act across tenants."""
     # lazy (see the module's docstring)
     from prometheus_client import generate_latest
 
@@ -157,7 +158,9 @@ def metrics(
     from agent_worker.deploy_checks import check_deploy_secrets
     from agent_worker.metrics import registry_for, serve
 
-    settings = client().rt.settings
+    aw = client()
+    aw.fleet_view("metrics")
+    settings = aw.rt.settings
     store = sql_store()
     if once:
         registry = registry_for(store, settings)

@@ -19,5 +19,12 @@ deploy/local/install.sh
 if [ -z "${AGENT_WORKER_DATABASE_URL:-}" ] || [ -z "${AGENT_WORKER_BROKER_URL:-}" ]; then
   deploy/local/services.sh start
 fi
-agent-worker db upgrade
+if [ -z "${AGENT_WORKER_DATABASE_URL:-}" ]; then
+  # The local Postgres's schema belongs to agent_worker_owner, the one role that
+  # migrates (deploy/k8s/postgres-roles.sql); the fleet connects as the app role.
+  AGENT_WORKER_DATABASE_URL="postgresql+psycopg://agent_worker_owner@127.0.0.1:${PG_PORT:-54329}/agent_worker" \
+    agent-worker db upgrade
+else
+  agent-worker db upgrade
+fi
 exec python -m agent_worker.demo.orchestrate "$@"

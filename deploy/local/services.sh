@@ -7,14 +7,17 @@
 # As root, Postgres runs as the postgres user, which must be able to enter the
 # data folder: a checkout under a mode-700 folder (root's home on Debian) keeps
 # Postgres's data under /var/lib/agent-worker/ instead (one folder per checkout).
-# Postgres: scram-sha-256 over TCP (no trust), role agent_worker owns database
-# agent_worker and may CREATE DATABASE (tests) but is not a superuser; its
-# generated password is in .data/pg-password and the libpq passfile
-# ($PGPASSFILE, else ~/.pgpass), so URLs need no password. Role
-# agent_worker_system (BYPASSRLS, a member of agent_worker; password in
-# .data/pg-system-password and the passfile) is for the workers, sweeper and
-# beat (AGENT_WORKER_SYSTEM_DATABASE_URL). A data folder of an
-# older version of this script (trust, superuser) is migrated at start.
+# Postgres: scram-sha-256 over TCP (no trust), and the three roles of every
+# deploy path (deploy/k8s/postgres-roles.sql): agent_worker_owner owns database
+# agent_worker and its schema (`agent-worker db upgrade` connects as it);
+# agent_worker, the app role, has DML only there, and may CREATE DATABASE
+# (the test suite's databases, which it owns); agent_worker_system (BYPASSRLS,
+# a member of agent_worker) is for the workers, sweeper and beat
+# (AGENT_WORKER_SYSTEM_DATABASE_URL). None is a superuser. Their generated
+# passwords are in .data/pg-owner-password, pg-password and pg-system-password
+# and the libpq passfile ($PGPASSFILE, else ~/.pgpass), so URLs need no
+# password. A data folder of an older version of this script (trust,
+# superuser, the app role owning the tables) is migrated at start.
 # Ports: Postgres 54329, Redis 63799 (the defaults of AGENT_WORKER_DATABASE_URL
 # and AGENT_WORKER_BROKER_URL), so they never clash with a system install.
 set -euo pipefail
@@ -103,11 +106,12 @@ pg_auth_files() {
 }
 
 secure_pg() {
-  # The app role owns its database and may create test databases, but is not a
-  # superuser (so COPY ... TO PROGRAM and friends are refused); it logs in with
-  # a generated password kept in $data/pg-password (mode 600) and in the libpq
-  # passfile ($PGPASSFILE, else ~/.pgpass) that the app and the tests read.
-  # Also migrates a data folder of an older script (trust auth, superuser role).
+  # The three roles of deploy/k8s/postgres-roles.sql, none a superuser (so
+  # COPY ... TO PROGRAM and friends are refused); each logs in with a
+  # generated password kept in $data (mode 600) and in the libpq passfile
+  # ($PGPASSFILE, else ~/.pgpass) that the app and the tests read. Also
+  # migrates a data folder of an older script (trust auth, superuser role, the
+  # app role owning database agent_worker and its tables: handed to the owner).
   local pg="$1" pw file
   if ! as_pg grep -q 'no trust anywhere' "$pg/pg_hba.conf" 2>/dev/null ||
      ! as_pg grep -q '^owner ' "$pg/pg_ident.conf" 2>/dev/null; then
@@ -115,53 +119,54 @@ secure_pg() {
     as_pg "$pgbin/pg_ctl" -D "$pg" reload >/dev/null
     sleep 0.5
   fi
-  if [ ! -s "$data/pg-password" ]; then
-    (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$data/pg-password")
-  fi
-  chmod 600 "$data/pg-password"
-  pw="$(cat "$data/pg-password")"
+  pw="$(secret_file "$data/pg-password")"
   # The system role (AGENT_WORKER_SYSTEM_DATABASE_URL): workers, the sweeper
   # and beat act for every tenant, so they skip the row-level policies
   # (BYPASSRLS) that bind every API caller; a member of agent_worker, so it
-  # has the app role's privileges and nothing more. Its own password file.
-  if [ ! -s "$data/pg-system-password" ]; then
-    (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$data/pg-system-password")
-  fi
-  chmod 600 "$data/pg-system-password"
-  syspw="$(cat "$data/pg-system-password")"
-  # On stdin, never in argv: the password stays out of the process list.
+  # has the app role's privileges and nothing more. The owner runs the
+  # migrations only. Each its own password file.
+  local syspw ownerpw
+  syspw="$(secret_file "$data/pg-system-password")"
+  ownerpw="$(secret_file "$data/pg-owner-password")"
+  # The app role may CREATE DATABASE here only: the test suite creates (and
+  # owns) a database per session.
+  # Passwords in the environment of psql (read by the roles file's \getenv),
+  # never in argv: they stay out of the process list.
   # One at a time (test sessions, one per xdist worker, start the services at
   # the same moment): two concurrent ALTER ROLEs fail "tuple concurrently
   # updated". The lock is held for these statements only: no daemon inherits it.
   {
   flock 9
   as_pg "$pgbin/psql" -h /tmp -p "$pg_port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1 \
-    >/dev/null <<SQL
-SET password_encryption = 'scram-sha-256';
-SELECT 'CREATE ROLE agent_worker LOGIN'
-  WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_worker') \gexec
-ALTER ROLE agent_worker WITH LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS
-  PASSWORD '$pw';
-SELECT 'CREATE DATABASE agent_worker OWNER agent_worker'
+    >/dev/null <<'SQL'
+SELECT 'CREATE DATABASE agent_worker'
   WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'agent_worker') \gexec
-ALTER DATABASE agent_worker OWNER TO agent_worker;
-SELECT 'CREATE ROLE agent_worker_system LOGIN'
-  WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'agent_worker_system') \gexec
-ALTER ROLE agent_worker_system WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION
-  BYPASSRLS PASSWORD '$syspw';
-GRANT agent_worker TO agent_worker_system;
 SQL
+  AGENT_WORKER_OWNER_PASSWORD="$ownerpw" AGENT_WORKER_APP_PASSWORD="$pw" \
+    AGENT_WORKER_SYSTEM_PASSWORD="$syspw" as_pg "$pgbin/psql" -h /tmp -p "$pg_port" \
+    -U postgres -d agent_worker -qtA -v ON_ERROR_STOP=1 \
+    -v app_createdb=CREATEDB \
+    -f - <"$root/deploy/k8s/postgres-roles.sql" >/dev/null  # stdin: postgres may not read $root
   } 9>"$data/roles.lock"
   file="$(passfile)"
   (umask 077 && touch "$file")
-  { grep -v -e "^127\.0\.0\.1:$pg_port:\*:agent_worker:" -e "^localhost:$pg_port:\*:agent_worker:" \
-      -e "^127\.0\.0\.1:$pg_port:\*:agent_worker_system:" \
-      -e "^localhost:$pg_port:\*:agent_worker_system:" "$file" || true
-    echo "127.0.0.1:$pg_port:*:agent_worker:$pw"
-    echo "localhost:$pg_port:*:agent_worker:$pw"
-    echo "127.0.0.1:$pg_port:*:agent_worker_system:$syspw"
-    echo "localhost:$pg_port:*:agent_worker_system:$syspw"; } > "$file.new.$$"
+  { grep -v -E "^(127\.0\.0\.1|localhost):$pg_port:\*:agent_worker(_system|_owner)?:" \
+      "$file" || true
+    for host in 127.0.0.1 localhost; do
+      echo "$host:$pg_port:*:agent_worker:$pw"
+      echo "$host:$pg_port:*:agent_worker_system:$syspw"
+      echo "$host:$pg_port:*:agent_worker_owner:$ownerpw"
+    done; } > "$file.new.$$"
   chmod 600 "$file.new.$$" && mv "$file.new.$$" "$file"
+}
+
+secret_file() {
+  # A generated password kept in $1 (mode 600), made on first use.
+  if [ ! -s "$1" ]; then
+    (umask 077 && head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$1")
+  fi
+  chmod 600 "$1"
+  cat "$1"
 }
 
 start_redis() {

@@ -114,7 +114,8 @@ def test_the_systemd_flower_unit_refuses_the_example_password() -> None:
     assert refused.returncode == 1, refused.stderr
     assert "refusing to start" in refused.stderr and "Traceback" not in refused.stderr
     fixed = {**example, "FLOWER_BASIC_AUTH": "admin:Xk3-9qWv_Lr7",
-             "AGENT_WORKER_DATABASE_URL": f"postgresql+psycopg://{STRONG}@db.internal/aw"}
+             "AGENT_WORKER_DATABASE_URL": f"postgresql+psycopg://{STRONG}@db.internal/aw",
+             "AGENT_WORKER_SYSTEM_DATABASE_URL": f"postgresql+psycopg://{STRONG}@db.internal/aw"}
     ok = _run_check(check, {k: v for k, v in fixed.items() if k.startswith(("AGENT_WORKER_",
                                                                        "FLOWER_"))})
     assert ok.returncode == 0, ok.stderr

@@ -33,7 +33,8 @@ def free_port() -> int:
 class Checkout:
     def __init__(self, tmp: Path) -> None:
         self.root = tmp / "agent-worker"
-        for rel in ("deploy/local/services.sh", "deploy/redis/redis.conf"):
+        for rel in ("deploy/local/services.sh", "deploy/redis/redis.conf",
+                    "deploy/k8s/postgres-roles.sql"):
             (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, self.root / rel)
         self.passfile = tmp / "pgpass"
@@ -108,9 +109,13 @@ def test_scram_a_private_password_and_an_app_role_that_is_not_superuser(
         row = conn.execute("SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles "
                            "WHERE rolname = current_user").fetchone()
         assert row == (False, True, False)
+        # The deploy paths' three roles: the schema's owner, not the app role,
+        # owns the database (the app role may not create a table in it).
         owner = conn.execute("SELECT pg_get_userbyid(datdba) FROM pg_database "
                              "WHERE datname = 'agent_worker'").fetchone()
-        assert owner == ("agent_worker",)
+        assert owner == ("agent_worker_owner",)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE TABLE mine (x int)")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("COPY (SELECT 1) TO PROGRAM 'true'")
         # What the test fixtures do: a database per session, owned by the app role.
@@ -137,6 +142,23 @@ def test_scram_a_private_password_and_an_app_role_that_is_not_superuser(
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("COPY (SELECT 1) TO PROGRAM 'true'")
 
+    # The schema's owner migrates the local database (demo.sh does the same);
+    # the app role then has its DML there, and no DDL.
+    owner_password = (checkout.root / ".data/pg-owner-password").read_text().strip()
+    assert f"127.0.0.1:{checkout.port}:*:agent_worker_owner:{owner_password}" in \
+        checkout.passfile.read_text()
+    url = f"postgresql+psycopg://agent_worker_owner@127.0.0.1:{checkout.port}/agent_worker"
+    migrated = subprocess.run(["python", "-c", f"from agent_worker.store.migrate import upgrade; "
+                                               f"upgrade({url!r})"],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              check=False)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
+    with checkout.connect() as conn:
+        conn.execute("SELECT set_config('agent_worker.tenant', '*', false)")
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("ALTER TABLE runs NO FORCE ROW LEVEL SECURITY")
+
     # Scram, not trust: no password, or a wrong one, is refused.
     empty = checkout.passfile.parent / "empty-pgpass"
     empty.write_text("")
@@ -150,12 +172,11 @@ def test_scram_a_private_password_and_an_app_role_that_is_not_superuser(
 def test_a_data_folder_of_the_older_script_is_migrated(checkout: Checkout) -> None:
     first = checkout.run("start")
     assert first.returncode == 0, first.stdout + first.stderr
-    with checkout.connect() as conn:
-        conn.execute("CREATE TABLE kept (x int)")
-        conn.execute("INSERT INTO kept VALUES (42)")
-    # Put the folder back the way the older script left it: trust, superuser.
+    # Put the folder back the way the older script left it: trust, superuser,
+    # the app role owning the database and its tables.
     pg = checkout.pg_dir()
     checkout.as_postgres("ALTER ROLE agent_worker SUPERUSER PASSWORD NULL")
+    checkout.as_postgres("ALTER DATABASE agent_worker OWNER TO agent_worker")
     trust = "local all all trust\nhost all all 127.0.0.1/32 trust\n"
     subprocess.run(["sh", "-c", f"printf '{trust}' > {pg}/pg_hba.conf"], check=True)
     checkout.as_postgres("SELECT pg_reload_conf()")
@@ -164,11 +185,16 @@ def test_a_data_folder_of_the_older_script_is_migrated(checkout: Checkout) -> No
     with checkout.connect(passfile=str(checkout.passfile)) as conn:  # trust: no password
         assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
                             ).fetchone() == (True,)
+        conn.execute("CREATE TABLE kept (x int)")
+        conn.execute("INSERT INTO kept VALUES (42)")
 
     again = checkout.run("start")
     assert again.returncode == 0, again.stdout + again.stderr
     with checkout.connect() as conn:
         assert conn.execute("SELECT x FROM kept").fetchone() == (42,), "data kept"
+        # Handed to the schema's owner: the app role keeps its DML, not the table.
+        assert conn.execute("SELECT pg_get_userbyid(relowner) FROM pg_class "
+                            "WHERE relname = 'kept'").fetchone() == ("agent_worker_owner",)
         assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
                             ).fetchone() == (False,)
     empty = checkout.passfile.parent / "empty-pgpass"

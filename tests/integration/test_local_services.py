@@ -30,7 +30,8 @@ def test_services_start_and_stop_from_a_mode_700_checkout(tmp_path: Path) -> Non
         pytest.skip("needs root (Postgres runs as the postgres user)")
     home = tmp_path / "root-home"
     checkout = home / "agent-worker"
-    for rel in ("deploy/local/services.sh", "deploy/redis/redis.conf"):
+    for rel in ("deploy/local/services.sh", "deploy/redis/redis.conf",
+                "deploy/k8s/postgres-roles.sql"):
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, checkout / rel)
     home.chmod(0o700)
