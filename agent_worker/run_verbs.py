@@ -25,7 +25,7 @@ from agent_worker.shareapi import check_priority
 from agent_worker.steering import RunStateView, check_labels, state_edit, state_view
 from agent_worker.store.base import RunRecord
 from agent_worker.store.edits import StateEdit
-from agent_worker.store.listing import RunFilter, RunPage
+from agent_worker.store.listing import MAX_SEARCH_CHARS, RunFilter, RunPage
 from agent_worker.tracing import check_traceparent, current_traceparent
 from agent_worker.untrusted import clean_text
 from agent_worker.verbbase import Verbs, storable
@@ -167,11 +167,16 @@ class RunVerbs(Verbs):
                     agent_version: str | None = None, tenant: str | None = None,
                     created_after: datetime | None = None,
                     created_before: datetime | None = None,
-                    cursor: str | None = None, limit: int = 100) -> RunPage:
-        """Runs matching every filter given, newest first, one page at a time:
-        pass the page's ``next_cursor`` back for the next (``None`` on the last).
-        Filters are checked like what they match (a label that could never be
-        stored is refused), and ``limit`` is 1..1000.
+                    cursor: str | None = None, limit: int = 100,
+                    text: str | None = None, oldest: bool = False) -> RunPage:
+        """Runs matching every filter given, newest first (``oldest``: oldest
+        first), one page at a time: pass the page's ``next_cursor`` back for
+        the next (``None`` on the last). Filters are checked like what they
+        match (a label that could never be stored is refused), and ``limit``
+        is 1..1000. ``text`` finds runs by id prefix, agent, label value or
+        error text; it reads a bounded window of runs per page
+        (``store.listing``), so a page may hold fewer runs than ``limit`` and
+        still have a next one.
 
         Raises:
             InvalidInputError: a malformed filter, cursor or limit.
@@ -186,6 +191,7 @@ class RunVerbs(Verbs):
                 raise InvalidInputError(f"{what} must be a timezone-aware datetime")
         if cursor is not None and not isinstance(cursor, str):
             raise InvalidInputError("cursor must be a string from an earlier page")
+        term = self._search_term(text)
         self._authorize("read", None)
         if not self.principal.all_tenants:
             if tenant not in (None, self.principal.tenant):
@@ -193,10 +199,27 @@ class RunVerbs(Verbs):
             tenant = self.principal.tenant
         found = RunFilter(labels=check_labels(labels, self.rt.settings), status=status,
                           agent=agent, agent_version=agent_version, tenant=tenant,
-                          created_after=created_after, created_before=created_before)
-        if not storable(status, agent, agent_version, tenant):
+                          created_after=created_after, created_before=created_before,
+                          text=term)
+        if not storable(status, agent, agent_version, tenant, term):
             return RunPage([], None)  # nothing stored can match
-        return self._sql().search_runs(found, cursor=cursor, limit=limit)
+        return self._sql().search_runs(found, cursor=cursor, limit=limit, oldest=bool(oldest))
+
+    @staticmethod
+    def _search_term(text: object) -> str | None:
+        """A caller's search term: trimmed, ``None`` when blank.
+
+        Raises:
+            InvalidInputError: not a string, or longer than ``MAX_SEARCH_CHARS``.
+        """
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text must be a string, not {type(text).__name__}")
+        if len(text) > MAX_SEARCH_CHARS:
+            raise InvalidInputError(f"the search text is {len(text)} characters; the limit "
+                                    f"is {MAX_SEARCH_CHARS}")
+        return text.strip() or None
 
     @scoped
     def get_state(self, run_id: str) -> RunStateView:

@@ -1,13 +1,16 @@
-"""Regenerate the README's console screenshots from a demo fleet:
-``python -m bench.screenshots`` (writes docs/console-inbox.png and
-docs/console-run.png).
+"""Regenerate the console's screenshots from a demo fleet:
+``python -m bench.screenshots`` (writes docs/console-inbox.png,
+docs/console-run.png, docs/console-timeline.png and docs/console-tree.png).
 
 It builds what ``deploy/local/demo.sh`` runs, in miniature and on its own
 database and Redis database on the local servers (so the pictures never show
 someone else's runs): the demo vendor, a Celery worker, the console, two
 ``refund-desk`` runs that finish and two ``goodwill-credit`` runs that wait for
-an approver. Then headless Chromium (the OS's, as in the browser tests) logs in
-as a support lead and photographs the approvals inbox and a finished run.
+an approver, one more credit the lead approves after a pause, and a ``fan``
+run of ten children (the tests' child agents). Then headless Chromium (the
+OS's, as in the browser tests) logs in as a support lead and photographs the
+approvals inbox, a finished run, the approved credit's timeline (its wait
+for the approval labelled) and the fan-out's run tree.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 import argparse
 import secrets
 import tempfile
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,41 +37,63 @@ from tests.browser.server import ConsoleServer, User
 from tests.support import Fleet, client_on, run_reaching, worker_environ
 
 TENANT = "acme"
-AGENTS = f"{refund_desk.__name__},{goodwill.__name__}"
+#: The demo's agents, and the tests' ``fan`` and ``kid`` for a run tree.
+AGENTS = f"{refund_desk.__name__},{goodwill.__name__},tests.child_agents"
+#: How long the approved credit waits for its approver (the timeline's gap).
+APPROVAL_WAIT_SECONDS = 3.0
 VIEWPORT: ViewportSize = {"width": 1280, "height": 1000}
 #: The run page is long: tall enough for the header, the actions, the budget and
 #: the lap timeline (the messages and ledger below are paged anyway).
 RUN_VIEWPORT: ViewportSize = {"width": 1280, "height": 1500}
 
 
-def _runs(aw: AgentWorker) -> str:
-    """Start the pictured runs; the finished refund run's id, once all are where
-    the pictures need them."""
+@dataclass(frozen=True)
+class Pictured:
+    """The runs the pictures show."""
+
+    refund: str
+    approved: str
+    fan: str
+
+
+def _runs(aw: AgentWorker, lead: User) -> Pictured:
+    """Start the pictured runs; their ids, once all are where the pictures need them."""
     desk = aw.acting_as(Principal("desk-app", TENANT, ("submitter",)))
     refunds = [desk.start_run(refund_desk.refund_desk.name, {"orders": n}).id for n in (3, 2)]
     credits = [desk.start_run(goodwill.goodwill_credit.name,
                               {"order_id": order, "incidents": incidents}).id
-               for order, incidents in (("ord-042", 2), ("ord-117", 3))]
+               for order, incidents in (("ord-042", 2), ("ord-117", 3), ("ord-230", 2))]
+    fan = desk.start_run("fan", {"n": 10}).id
     for run_id in credits:
         run_reaching(desk, run_id, "waiting", timeout=180)
-    for run_id in refunds:
+    time.sleep(APPROVAL_WAIT_SECONDS)  # the wait the timeline shows, labelled
+    approver = aw.acting_as(Principal(lead.id, TENANT, lead.roles))
+    approver.approve(credits[2], comment="two incidents: credit them")
+    for run_id in [*refunds, credits[2], fan]:
         run_reaching(desk, run_id, "succeeded", timeout=180)
-    return refunds[0]
+    return Pictured(refunds[0], credits[2], fan)
 
 
-def _photograph(page: Page, url: str, user: User, run_id: str, out: Path) -> list[Path]:
+def _photograph(page: Page, url: str, user: User, runs: Pictured, out: Path) -> list[Path]:
     page.goto(f"{url}/login?next=/approvals")
     page.get_by_label("User").fill(user.id)
     page.get_by_label("Password").fill(user.password)
     page.get_by_role("button", name="Log in").click()
     page.locator("#approvals-mine article").first.wait_for()
     inbox, run = out / "console-inbox.png", out / "console-run.png"
+    timeline, tree = out / "console-timeline.png", out / "console-tree.png"
     page.screenshot(path=str(inbox), full_page=True)
     page.set_viewport_size(RUN_VIEWPORT)
-    page.goto(f"{url}/runs/{run_id}")
+    page.goto(f"{url}/runs/{runs.refund}")
     page.locator("#run-status[data-status='succeeded']").wait_for()
     page.screenshot(path=str(run))
-    return [inbox, run]
+    page.goto(f"{url}/runs/{runs.approved}")
+    page.locator("#run-status[data-status='succeeded']").wait_for()
+    page.locator("#run-timeline").screenshot(path=str(timeline))
+    page.goto(f"{url}/runs/{runs.fan}")
+    page.locator("#run-status[data-status='succeeded']").wait_for()
+    page.locator("#family").screenshot(path=str(tree))
+    return [inbox, run, timeline, tree]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,11 +121,11 @@ def main(argv: list[str] | None = None) -> int:
                 console.start()
                 with pytest.MonkeyPatch.context() as patch:
                     for aw in client_on(env, patch):
-                        run_id = _runs(aw)
+                        pictured = _runs(aw, lead)
                 with sync_playwright() as playwright:
                     browser = launch(playwright)
                     page = browser.new_context(viewport=VIEWPORT).new_page()
-                    written = _photograph(page, console.url, lead, run_id, opts.out)
+                    written = _photograph(page, console.url, lead, pictured, opts.out)
                     browser.close()
             finally:
                 console.stop()

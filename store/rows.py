@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Row, Table, and_, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Table,
+    and_,
+    insert,
+    literal,
+    null,
+    select,
+    update,
+)
 
 from agent_worker.errors import LeaseLost, UnknownRunError
 from agent_worker.messages import Message
@@ -107,6 +118,22 @@ def record_event_tx(conn: Connection, run_id: str, lap: int | None, kind: str,
            data: dict[str, Any] | None, now: datetime) -> None:
     conn.execute(insert(events).values(run_id=run_id, lap=lap, kind=kind, data=data,
                                        created_at=now))
+
+
+def record_lap_events(conn: Connection, ids: Sequence[str], kind: str,
+                      at: ColumnElement[datetime]) -> None:
+    """An event of ``kind`` for each run of ``ids``, at the lap it is to run
+    next, stamped ``at`` (an expression such as the database's clock, which
+    a multi-row insert of values cannot carry). Admission's ``admitted``
+    (``sharing.SqlShareStore.admit``): a run let go after waiting in line
+    since an earlier pass, the end of a wait for a slot, which a run's
+    timeline shows (``console.timeline``) and no other record keeps; runs
+    admitted as they ask write nothing."""
+    if ids:
+        conn.execute(insert(events).from_select(
+            ["run_id", "lap", "kind", "data", "created_at"],
+            select(runs.c.id, runs.c.next_lap, literal(kind), null(), at)
+            .where(runs.c.id.in_(ids))))
 
 
 def require_run(conn: Connection, run_id: str, *, lock: bool = False) -> RunRecord:

@@ -20,6 +20,7 @@ from agent_worker.store.admitting import Policy, provider_pauses
 from agent_worker.store.base import DueLap
 from agent_worker.store.census import LiveGroup, live_select
 from agent_worker.store.dbtime import db_time, read_now
+from agent_worker.store.rows import record_lap_events
 from agent_worker.store.sharemodels import ShareLimitRow
 from agent_worker.store.sqlbase import SqlBase
 
@@ -89,7 +90,14 @@ class SqlShareStore(SqlBase):
 
     def admit(self, requested: Sequence[str], policy: Policy, *,
               now: datetime) -> list[DueLap]:
-        return self._tx(lambda c: admitting.admit(c, requested, policy, now=now))
+        def tx(conn: Connection) -> list[DueLap]:
+            due = admitting.admit(conn, requested, policy, now=now)
+            asked = set(requested)
+            record_lap_events(conn, [d.run_id for d in due if d.run_id not in asked],
+                              "admitted", db_time(now))
+            return due
+
+        return self._tx(tx)
 
     def share_limits(self) -> list[ShareLimit]:
         rows = self._read(lambda c: c.execute(

@@ -146,9 +146,10 @@ class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore, SqlL
     # --- labels and search, state queries and edits ---------------------------
 
     def search_runs(self, f: listing.RunFilter, *, cursor: str | None = None,
-                    limit: int = 100) -> listing.RunPage:
-        """One page of runs matching ``f``, newest first (``store.listing``)."""
-        return self._read(lambda c: listing.search_runs(c, f, cursor=cursor, limit=limit))
+                    limit: int = 100, oldest: bool = False) -> listing.RunPage:
+        """One page of runs matching ``f``, newest (or oldest) first (``store.listing``)."""
+        return self._read(lambda c: listing.search_runs(c, f, cursor=cursor, limit=limit,
+                                                        oldest=oldest))
 
     def run_state(self, run_id: str) -> state.RunState | None:
         """The run and its latest committed checkpoint, in one query."""

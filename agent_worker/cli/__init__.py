@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from agent_worker.cli import actions, audit, ops, runs, schedules, share, state
+from agent_worker.cli import actions, audit, budget, ops, runs, schedules, share, state
 from agent_worker.cli.common import FAILED, INTERRUPTED, classify, report
 from agent_worker.console import command as console_command
 
@@ -80,6 +80,7 @@ app.command("signal")(actions.signal)
 app.command("fork")(actions.fork)
 app.add_typer(actions.approvals_app, name="approvals")
 app.add_typer(actions.effects_app, name="effects")
+app.add_typer(budget.app, name="budget")
 app.command("audit")(audit.audit)
 app.add_typer(ops.db_app, name="db")
 app.add_typer(schedules.app, name="schedules")

@@ -32,7 +32,8 @@ def _children(store: Store, run_id: str, depth: int) -> dict[str, Any]:
     kids = [run for _, run in store.list_children(parent_run_id=run_id)]
     listed = []
     for run in kids[:SHOWN]:
-        item: dict[str, Any] = {"id": run.id, "agent": run.agent_name, "status": run.status}
+        item: dict[str, Any] = {"id": run.id, "agent": run.agent_name, "status": run.status,
+                                "created_at": run.created_at, "finished_at": run.finished_at}
         if depth > 1:
             item.update(_children(store, run.id, depth - 1))
         listed.append(item)

@@ -81,7 +81,8 @@ class ConsoleSettings(BaseSettings):
         50, ge=1, le=1000, description="Run console: rows per page of every long list."
     )
     console_poll_seconds: float = Field(
-        2.0, gt=0, description="Run console: how often a moving run's page refreshes itself."
+        2.0, gt=0, description="Run console: how often the live stream re-reads the approvals "
+        "and the run list a page shows, and how often a page without the stream polls."
     )
 
 

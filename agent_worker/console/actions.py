@@ -56,9 +56,30 @@ def consequences(verb: str, run: RunRecord, effects: list[EffectRecord]) -> list
                 "is untouched.",
                 "The new run's tool calls get new keys: what it does from there acts on the "
                 "world again (a refund in the new run is a new refund)."]
+    if verb == "raise_budget":
+        return [f"The run's limits become the ones you give (blank: unchanged); it paused "
+                f"because {run.error_message or 'it reached its budget'}.",
+                "The run resumes from its last checkpoint and may spend up to the new "
+                "limits: more model calls, more tokens, more cost.",
+                "The change is recorded in the audit log with your name."]
     return ["You record whether an effect of unknown outcome landed.",
             "Applied: the run continues with the result you give, the tool is not called "
             "again. Not applied: the run calls the tool again with the same key."]
+
+
+#: The limits the raise form sends, each a number (blank: unchanged).
+LIMIT_FIELDS = ("max_laps", "max_input_tokens", "max_output_tokens", "max_cost",
+                "max_wall_seconds")
+
+
+def limits_of(form: dict[str, str]) -> dict[str, str]:
+    """The limits a raise form gives; the API's ``Budget`` validates each
+    (a word or a negative number is its 400)."""
+    given = {k: (form.get(k) or "").strip() for k in LIMIT_FIELDS}
+    limits = {k: v for k, v in given.items() if v}
+    if not limits:
+        raise InvalidInputError("give at least one new limit")
+    return limits
 
 
 def confirm(ctx: Ctx) -> Response:
@@ -71,7 +92,8 @@ def confirm(ctx: Ctx) -> Response:
     return ctx.render("confirm.html", verb=verb, run=run,
                       consequences=consequences(verb, run, effects),
                       unknown=[e for e in effects if e.key == waited],
-                      selected=ctx.query.get("key") or "")
+                      selected=ctx.query.get("key") or "",
+                      currency=ctx.console.settings.console_currency)
 
 
 def act(ctx: Ctx) -> Response:
@@ -92,6 +114,8 @@ def act(ctx: Ctx) -> Response:
             raise InvalidInputError("lap must be a whole number")
         target = aw.fork(run_id, int(lap), new_run_id=(f.get("new_run_id") or "").strip()
                          or None).id
+    elif verb == "raise_budget":
+        aw.raise_budget(run_id, **limits_of(f))
     else:
         key = (f.get("key") or "").strip()
         if not key.startswith(f"{run_id}:"):
@@ -103,4 +127,4 @@ def act(ctx: Ctx) -> Response:
     return RedirectResponse(f"/runs/{target}?done={verb}", status_code=303)
 
 
-__all__ = ["act", "confirm", "consequences"]
+__all__ = ["LIMIT_FIELDS", "act", "confirm", "consequences", "limits_of"]

@@ -5,7 +5,7 @@ Jinja environment escapes everything (``autoescape=True`` for every template,
 whatever its name): model and tool text is data, never markup. Every response
 carries the security headers, and only the configured proxies' forwarded
 headers are believed (``console.security``); the app refuses to be built with a
-placeholder secret.
+placeholder secret. ``/stream`` is the pages' live feed (``console.stream``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from agent_worker.console.security import (
     trusted_proxies,
 )
 from agent_worker.console.session import Sessions
+from agent_worker.console.stream import LIFETIME_SECONDS, Gate, stream_routes
 from agent_worker.console.throttle import LoginThrottle
 from agent_worker.console.users import UserBook
 from agent_worker.console.views import FILTERS
@@ -65,11 +66,15 @@ class ConsoleApp(Starlette):
 def create_app(worker: AgentWorker | None = None, *, settings: Settings | None = None,
                users: UserBook | None = None,
                revocations: Revocations | None = None,
-               throttle: LoginThrottle | None = None) -> Starlette:
+               throttle: LoginThrottle | None = None,
+               stream_seconds: float = LIFETIME_SECONDS,
+               streams: Gate | None = None) -> Starlette:
     """The console over ``worker`` (default: the configured ``client()``), its
     users from ``users`` or ``AGENT_WORKER_CONSOLE_USERS``, logged-out
     sessions in ``revocations`` (default: ``revocations_for(worker)``), failed
-    logins counted by ``throttle`` (default: the settings' limits).
+    logins counted by ``throttle`` (default: the settings' limits); each live
+    stream lasts ``stream_seconds`` before the browser reconnects, and
+    ``streams`` caps how many are open (default: ``console.stream``'s limits).
 
     Raises:
         PlaceholderSecretError: the session key, or the password of the
@@ -104,11 +109,14 @@ def create_app(worker: AgentWorker | None = None, *, settings: Settings | None =
     def page(path: str, fn: Page, methods: list[str] | None = None) -> Route:
         return Route(path, handler(console, fn), methods=methods or ["GET"])
 
+    live, live_state = stream_routes(console, lifetime=stream_seconds, gate=streams)
+
     routes: list[BaseRoute] = [
         Route("/", home), Route("/healthz", healthz), Route("/favicon.ico", favicon),
         Route("/login", login_page(console), methods=["GET", "POST"]),
         Route("/logout", logout_page(console), methods=["POST"]),
         page("/runs", runs_page),
+        Route("/stream", live), Route("/stream/state", live_state),
         page("/runs/{run_id}", run.run_page),
         page("/runs/{run_id}/live", run.live_fragment),
         page("/approvals", approvals.inbox),

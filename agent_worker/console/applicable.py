@@ -18,18 +18,29 @@ from __future__ import annotations
 from agent_worker.authorization import Action
 from agent_worker.errors import InvalidStateError
 from agent_worker.store.base import RunRecord
-from agent_worker.vocabulary import RETRYABLE, TERMINAL, WaitingFor
+from agent_worker.vocabulary import RETRYABLE, TERMINAL, WaitingFor, WaitKind
 
 
-def waited_effect(run: RunRecord) -> str | None:
-    """The key of the effect a run waits for a verdict on (None if it waits on none)."""
+def waited_ref(run: RunRecord, kind: WaitKind) -> str | None:
+    """What a waiting run waits for, when it is a ``kind`` (an effect's key,
+    an approval's id); None when it waits on no such thing."""
     if run.status != "waiting" or not run.waiting_for:
         return None
     try:
         wait = WaitingFor.parse(run.waiting_for)
     except ValueError:
         return None
-    return wait.ref if wait.kind == "effect" else None
+    return wait.ref if wait.kind == kind else None
+
+
+def waited_effect(run: RunRecord) -> str | None:
+    """The key of the effect a run waits for a verdict on (None if it waits on none)."""
+    return waited_ref(run, "effect")
+
+
+def waits_on_budget(run: RunRecord) -> bool:
+    """Whether the run paused on its budget (what raising it resumes)."""
+    return run.status == "waiting" and run.waiting_for == WaitingFor("budget").format()
 
 
 def why_not(verb: Action, run: RunRecord) -> str | None:
@@ -48,6 +59,9 @@ def why_not(verb: Action, run: RunRecord) -> str | None:
     if verb == "resolve" and waited_effect(run) is None:
         return (f"run {run.id} is {run.status}; it waits on no effect whose outcome is "
                 "unknown, so there is nothing to resolve")
+    if verb == "raise_budget" and not waits_on_budget(run):
+        return (f"run {run.id} is {run.status}; only a run paused on its budget "
+                "resumes when the budget is raised")
     return None
 
 
@@ -62,4 +76,5 @@ def require_applicable(verb: Action, run: RunRecord) -> None:
         raise InvalidStateError(reason)
 
 
-__all__ = ["applies", "require_applicable", "waited_effect", "why_not"]
+__all__ = ["applies", "require_applicable", "waited_effect", "waited_ref", "waits_on_budget",
+           "why_not"]

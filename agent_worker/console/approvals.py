@@ -12,11 +12,14 @@ whatever the page showed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
+from agent_worker.api import AgentWorker
 from agent_worker.authorization import AccessRequest
 from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.views import Pager
@@ -42,11 +45,40 @@ def approval_card(ctx: Ctx, a: ApprovalRecord, run: RunRecord) -> dict[str, Any]
         description = tool.description if tool is not None else None
     except UnknownAgentError:
         pass  # an agent this console process did not import: no description
-    owners = tuple(o for o in (a.owner, a.escalate_to) if o)
-    mine = aw.authorizer(aw.principal, AccessRequest("approve", run.tenant, run.id, owners))
     return {"a": a, "run": run, "lap": lap, "reasoning": reasoning,
-            "description": description, "mine": mine,
+            "description": description, "mine": decidable(aw, a, run.tenant),
             "arguments": json.dumps(a.arguments, indent=2, ensure_ascii=False, sort_keys=True)}
+
+
+def decidable(aw: AgentWorker, a: ApprovalRecord, tenant: str | None) -> bool:
+    """Whether ``aw``'s principal may decide ``a`` (of a run in ``tenant``):
+    the API's own authorizer, asked without acting (no audit entry)."""
+    owners = tuple(o for o in (a.owner, a.escalate_to) if o)
+    return aw.authorizer(aw.principal, AccessRequest("approve", tenant, a.run_id, owners))
+
+
+def waiting(aw: AgentWorker) -> dict[str, Any]:
+    """The pending approvals the principal sees: how many it may decide
+    (``mine``: the header's badge), how many it may not (``others``), and a
+    ``digest`` of which they are (the inbox re-renders when it changes). One
+    read of the pending approvals of its tenant; an admin's, across tenants,
+    reads each run's tenant once."""
+    tenants: dict[str, str | None] = {}
+    found: dict[str, Any] = {"mine": 0, "others": 0}
+    pending = aw.list_approvals(status="pending")
+    for a in pending:
+        if a.run_id not in tenants:
+            tenants[a.run_id] = (aw.get_run(a.run_id).tenant if aw.principal.all_tenants
+                                 else aw.principal.tenant)
+        found["mine" if decidable(aw, a, tenants[a.run_id]) else "others"] += 1
+    found["digest"] = digest(a.id for a in pending)
+    return found
+
+
+def digest(approval_ids: Iterable[str]) -> str:
+    """Which approvals are pending, in a few characters."""
+    raw = "\n".join(sorted(approval_ids))
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 def inbox(ctx: Ctx) -> Response:
@@ -61,7 +93,7 @@ def inbox(ctx: Ctx) -> Response:
     mine = [c for c in cards if c["mine"]]
     others = [c for c in cards if not c["mine"]]
     # Oldest first: the page shows the reversed newest-first pages.
-    return ctx.render("approvals.html",
+    return ctx.render("approvals.html", digest=digest(c["a"].id for c in cards),
                       mine=_oldest_first(Pager.of(mine[::-1], ctx.query, "page", size)),
                       others=_oldest_first(Pager.of(others[::-1], ctx.query, "others", size)),
                       notice=DECIDED.get(ctx.query.get("done") or ""), page_link=ctx.page_link)
@@ -107,4 +139,5 @@ def _edited(ctx: Ctx) -> dict[str, Any] | None:
     return value
 
 
-__all__ = ["approval_card", "decide", "inbox"]
+__all__ = ["approval_card", "decidable", "decide", "digest", "inbox",
+           "waiting"]

@@ -16,6 +16,9 @@ import typer
 from agent_worker.console.users import UserBook, hash_password
 from agent_worker.errors import InvalidInputError
 
+#: How long a stopping console waits for open requests (live streams included).
+SHUTDOWN_SECONDS = 5
+
 app = typer.Typer(help="The run console: runs, laps, approvals and actions in a browser.",
                   invoke_without_command=True, no_args_is_help=False)
 
@@ -50,7 +53,10 @@ def serve(
     sys.stdout.flush()
     # uvicorn's own proxy headers stay off: the app believes the forwarded
     # headers of AGENT_WORKER_CONSOLE_TRUSTED_PROXIES only (console.security).
-    uvicorn.run(console, host=bind, port=chosen, log_level="warning", proxy_headers=False)
+    # A stop waits at most a few seconds for open live streams (they would
+    # otherwise hold it for their whole lifetime); browsers reconnect.
+    uvicorn.run(console, host=bind, port=chosen, log_level="warning", proxy_headers=False,
+                timeout_graceful_shutdown=SHUTDOWN_SECONDS)
 
 
 @app.command("hash-password")

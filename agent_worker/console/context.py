@@ -77,6 +77,8 @@ class Ctx:
 def render(console: Console, template: str, status: int = 200, **values: Any) -> HTMLResponse:
     """A template with what the layout needs (the header's links, the CSRF token)."""
     visitor: Visitor | None = values.pop("visitor", None)
+    # How often a page without the live stream polls (base.html's data-poll).
+    values.setdefault("poll_ms", round(console.settings.console_poll_seconds * 1000))
     html = console.env.get_template(template).render(
         flower_url=console.settings.console_flower_url,
         metrics_url=console.settings.console_metrics_url, visitor=visitor,

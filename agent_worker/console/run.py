@@ -17,13 +17,15 @@ from urllib.parse import quote
 from starlette.responses import Response
 
 from agent_worker.authorization import AccessRequest, Action
-from agent_worker.console.applicable import applies, waited_effect
+from agent_worker.console import decisions, timeline
+from agent_worker.console.applicable import applies, waited_effect, waited_ref
 from agent_worker.console.context import Ctx
+from agent_worker.console.tree import AXIS_PX, family
 from agent_worker.console.views import Pager, duration, lap_rows, money, page_number, pages
 from agent_worker.constants import LAP_TASK_NAME
 from agent_worker.errors import ConfigurationError
-from agent_worker.store import runpages, tenancy
-from agent_worker.store.base import RunRecord
+from agent_worker.store import runpages, runpanels, tenancy
+from agent_worker.store.base import EventRecord, RunRecord
 from agent_worker.store.sql import SqlStore
 from agent_worker.vocabulary import TERMINAL
 
@@ -31,7 +33,8 @@ __all__ = ["allowed_actions", "live_fragment", "run_page"]
 
 #: The run verbs the console offers, each shown only when the authorizer allows it
 #: (and refused by the API if posted anyway).
-RUN_VERBS: tuple[Action, ...] = ("cancel", "signal", "retry", "fork", "resolve")
+RUN_VERBS: tuple[Action, ...] = ("cancel", "signal", "retry", "fork", "resolve",
+                                  "raise_budget")
 
 
 def allowed_actions(ctx: Ctx, run: RunRecord) -> list[str]:
@@ -60,6 +63,10 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
             store, run.id, first=max(1, last - size + 1), last=last,
             messages_page=_asked(q, "messages", size), events_page=_asked(q, "events", size),
             effects_page=_asked(q, "effects", size))
+        gaps = runpanels.gap_events(
+            store, run.id, first=max(1, last - size + 1), last=last,
+            until=_last_commit(w.commits) if last < run.lap else None)
+        asked = runpanels.run_approvals(store, run.id)
     events = Pager(w.events[0], w.events[2], pages(w.events[1], size), w.events[1], "events")
     failing = None
     if run.status == "failed" or run.error_code:
@@ -68,9 +75,11 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
                    "events": [e for e in events.items if e.lap == run.next_lap][:5]}
     plan = list(state.plan)
     currency = ctx.console.settings.console_currency
+    now = aw.rt.clock.now()
     return {
         "run": run, "state": state,
-        "budget": budget(run, state.budget, currency, aw.rt.clock.now()),
+        "budget": budget(run, state.budget, currency, now),
+        "timeline": timeline.picture(run, w.commits, gaps, now),
         "cost": money(aw.cost(run), currency), "laps_charged": run.laps_used,
         "finished": run.status in TERMINAL, "failing": failing,
         "laps": Pager(lap_rows(run.id, w.commits, w.lap_messages, w.lap_effects), lap_page,
@@ -81,9 +90,9 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
                          w.effects[1], "effects"),
         "events": events,
         "plan": plan, "plan_done": sum(1 for p in plan if p.done),
-        "children": aw.list_runs(parent=run.id, limit=size),
-        # Only a waiting run has a pending call; decided ones are in the events.
-        "approvals": aw.list_approvals(run_id=run.id) if run.status == "waiting" else [],
+        "family": family(aw, run, limit=size), "axis_px": AXIS_PX,
+        "decisions": decisions.history(asked),
+        "approval_link": waited_ref(run, "approval"),
         "actions": allowed_actions(ctx, run),
         "waited_effect": waited_effect(run),
         "flower_run": flower_laps(ctx.console.settings.console_flower_url, run.id),
@@ -94,6 +103,10 @@ def run_view(ctx: Ctx, run_id: str) -> dict[str, Any]:
     }
 
 
+def _last_commit(commits: list[EventRecord]) -> datetime | None:
+    return max((c.created_at for c in commits), default=None)
+
+
 def _asked(query: Any, param: str, size: int) -> runpages.Page:
     """The page ``query[param]`` asks for (the store clamps it to the last)."""
     return runpages.Page(page_number(query, param, 10**9, size), size)
@@ -101,7 +114,8 @@ def _asked(query: Any, param: str, size: int) -> runpages.Page:
 
 #: What the page says after an action redirected back to it.
 NOTICES = {"cancel": "Cancel requested.", "signal": "Signal sent.", "retry": "Retry queued.",
-           "fork": "Forked: this is the new run.", "resolve": "Effect resolved."}
+           "fork": "Forked: this is the new run.", "resolve": "Effect resolved.",
+           "raise_budget": "Budget raised: the run resumes."}
 
 
 def flower_laps(flower_url: str, run_id: str) -> str:

@@ -15,7 +15,9 @@ Two ways in, one set of definitions:
 The agents: one waits for an approver before an irreversible refund (and a
 gift, for a group of approvers); one's tool result holds a script a page must
 show as text; one fails at its second lap; one's model hiccups once; one's
-card charge loses its answer, leaving the effect unknown for a human.
+card charge loses its answer, leaving the effect unknown for a human; one
+pauses on its budget after one lap; one stamps a record with an idempotent
+call (the browser tests kill its worker right after the stamp lands).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 from typing import Any
 
 from agent_worker.agent import Agent, Registry, register
+from agent_worker.budget import Budget
 from agent_worker.errors import ModelRefusalError
 from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
@@ -62,6 +65,12 @@ def send_gift(customer: str, amount_cents: int) -> dict[str, Any]:
 def lookup_note(customer: str) -> str:
     """Read the note a customer left on their order (untrusted text)."""
     return f"note from {customer}: {SCRIPT_RESULT}"
+
+
+@tool(kind="idempotent")
+def stamp(record: str, ctx: ToolContext) -> dict[str, str]:
+    """Stamp a record as seen; the same key stamps it once."""
+    return {"stamped": record, "key": ctx.idempotency_key}
 
 
 #: Charge keys whose first call already lost its answer: the next call lands.
@@ -112,6 +121,12 @@ def _fails(r: ModelRequest) -> ModelResponse:
     raise ModelRefusalError(REFUSAL)
 
 
+def _stamps(r: ModelRequest) -> ModelResponse:
+    if r.lap == 1:
+        return turn("Stamping the record first.", [("stamp", {"record": "r-1"})])
+    return turn("stamped")
+
+
 def _flaky() -> ScriptedModel:
     """Fails the first attempt of lap 1, like a provider's hiccup; then finishes."""
     calls = {"n": 0}
@@ -131,7 +146,10 @@ def _fleet_agents() -> list[Agent]:
                   approval_owner=APPROVERS),
             Agent(name="console-xss", model=lambda: ScriptedModel(_xss), tools=[lookup_note]),
             Agent(name="console-fails", model=lambda: ScriptedModel(_fails),
-                  tools=[lookup_note])]
+                  tools=[lookup_note]),
+            Agent(name="console-budget", model=lambda: ScriptedModel(_xss), tools=[lookup_note],
+                  budget=Budget(max_laps=1, on_exceed="pause")),
+            Agent(name="console-stamp", model=lambda: ScriptedModel(_stamps), tools=[stamp])]
 
 
 def registry() -> Registry:

@@ -85,3 +85,41 @@ def test_hostile_form_json_is_a_refusal_page_not_a_crash(
         "csrf_token": token, "name": "nudge", "payload": '{"note": "a\\u0000b\\ud800"}'})
     assert sent.status_code == 303
     assert len(worker.audit(principal="olga", action="signal")) == 1
+
+
+def test_operator_raises_a_paused_budget_and_the_run_resumes(
+        worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
+    run_id = started(worker, "console-budget")
+    paused = worker.get_run(run_id)
+    assert paused.status == "waiting" and paused.waiting_for == "budget"
+    bob = login("bob")  # a submitter may not lift limits: no link, and the API refuses
+    page = bob.get(f"/runs/{run_id}").text
+    assert 'id="raise-budget"' not in page
+    refused = bob.post(f"/runs/{run_id}/actions/raise_budget",
+                       data={"csrf_token": csrf_of(page), "max_laps": "5"})
+    assert refused.status_code == 403
+    olga = login("olga")
+    page = olga.get(f"/runs/{run_id}").text
+    assert 'id="raise-budget"' in page and 'id="action-raise_budget"' in page
+    confirm = olga.get(f"/runs/{run_id}/actions/raise_budget").text
+    assert '<label for="max-laps">' in confirm and "audit log" in confirm
+    forged = olga.post(f"/runs/{run_id}/actions/raise_budget", data={"max_laps": "5"})
+    assert forged.status_code == 403 and 'data-code="csrf_refused"' in forged.text
+    blank = olga.post(f"/runs/{run_id}/actions/raise_budget",
+                      data={"csrf_token": csrf_of(confirm)})
+    assert blank.status_code == 400
+    negative = olga.post(f"/runs/{run_id}/actions/raise_budget",
+                         data={"csrf_token": csrf_of(confirm), "max_laps": "-1"})
+    assert negative.status_code == 400
+    done = olga.post(f"/runs/{run_id}/actions/raise_budget",
+                     data={"csrf_token": csrf_of(confirm), "max_laps": "5", "max_cost": ""})
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/runs/{run_id}?done=raise_budget"
+    assert worker.get_run(run_id).limits["max_laps"] == 5
+    (entry,) = worker.audit(principal="olga", action="raise_budget")
+    assert entry.run_id == run_id
+    worker.run_until_idle()
+    assert worker.get_run(run_id).status == "succeeded"
+    after = olga.get(f"/runs/{run_id}?done=raise_budget").text
+    assert "Budget raised: the run resumes." in after and 'id="raise-budget"' not in after
+    assert olga.get(f"/runs/{run_id}/actions/raise_budget").status_code == 409
