@@ -178,6 +178,7 @@ class StoreCollector(Collector):
             try:
                 snap = stats.snapshot(self.store, stale_before=now - self.stale_after)
                 self.events.update(self.store, now)
+                oldest_transaction = stats.oldest_transaction_seconds(self.store)
             except Exception as e:
                 log.warning("metrics scrape could not read the store: %s", e)
                 self.queue_lines = None
@@ -189,6 +190,12 @@ class StoreCollector(Collector):
             yield up
             yield from self._gauges(snap, now)
             yield from self._counters(snap)
+            if oldest_transaction is not None:
+                yield GaugeMetricFamily(
+                    "agent_worker_db_oldest_transaction_seconds",
+                    "Age of the oldest transaction open in the store's database (0: none), "
+                    "among the sessions the exporter's role may see.",
+                    value=oldest_transaction)
 
     def _gauges(self, snap: stats.Snapshot, now: datetime) -> Iterator[Metric]:
         runs = GaugeMetricFamily("agent_worker_runs", "Runs by status.", labels=["status"])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, and_, func, select, text
 
 from agent_worker.errors import RetriableStoreError
 from agent_worker.store import rollup
@@ -201,6 +201,28 @@ def latest_checkpoints(store: SqlStore, run_ids: Sequence[str]) -> dict[str, dic
     return {r.run_id: r.state for r in _read(store, lambda c: c.execute(q).all())}
 
 
+#: The oldest open transaction of another client session in this database.
+#: ``pg_stat_activity`` shows ``xact_start`` only for sessions of the reader's
+#: own role (and its members') unless it holds ``pg_read_all_stats``; the wall
+#: clock, not ``now()``, which a test database may shift.
+_OLDEST_TRANSACTION = text(
+    "SELECT coalesce(max(extract(epoch FROM pg_catalog.clock_timestamp() - xact_start)), 0) "
+    "FROM pg_catalog.pg_stat_activity WHERE datname = pg_catalog.current_database() "
+    "AND backend_type = 'client backend' AND xact_start IS NOT NULL "
+    "AND pid <> pg_catalog.pg_backend_pid()")
+
+
+def oldest_transaction_seconds(store: SqlStore) -> float | None:
+    """How long the oldest transaction open in the store's database has been
+    open (0: none), ``None`` on SQLite. While one stays open no row version
+    that died since it began can be removed, by vacuum or page pruning: every
+    lap updates its run row, so ``runs`` and ``effects`` grow with the laps
+    committed meanwhile (BENCHMARKS.md, "Database-side faults")."""
+    if store.engine.dialect.name != "postgresql":
+        return None
+    return float(_read(store, lambda c: c.execute(_OLDEST_TRANSACTION).scalar_one()))
+
+
 def _aware(value: Any) -> datetime | None:
     """``min()`` bypasses the column's type decorator on some drivers."""
     if value is None:
@@ -210,5 +232,5 @@ def _aware(value: Any) -> datetime | None:
 
 
 __all__ = ["AgentTotals", "EventRow", "Snapshot", "events_after", "events_before",
-           "latest_checkpoints",
+           "latest_checkpoints", "oldest_transaction_seconds",
            "refresh", "snapshot"]

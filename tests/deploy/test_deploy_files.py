@@ -71,6 +71,7 @@ ALERT_METRICS = [
     "agent_worker_pending_approvals_oldest_age_seconds",
     "agent_worker_unserved_runs",
     "agent_worker_share_oldest_wait_seconds",
+    "agent_worker_db_oldest_transaction_seconds",
 ]
 UNITS = [
     "agent-worker-worker@.service",
@@ -242,6 +243,7 @@ def test_every_expected_file_exists() -> None:
         "redis/redis.conf",
         *(f"systemd/{unit}" for unit in UNITS),
         "systemd/agent-worker.env.example",
+        "systemd/agent-worker-migrate.env.example",
         *(
             f"k8s/{name}"
             for name in (
@@ -258,6 +260,7 @@ def test_every_expected_file_exists() -> None:
                 "metrics-deployment.yaml",
                 "metrics-service.yaml",
                 "prometheus-alerts.yaml",
+                "postgres-roles.sql",
             )
         ),
     ]
@@ -270,7 +273,8 @@ def test_no_real_credentials_in_examples() -> None:
     for key, value in secret["stringData"].items():
         if "PASSWORD" in key or "AUTH" in key or ("URL" in key and "@" in value):
             assert "CHANGE_ME" in value, f"secret.example.yaml {key} looks like a real value"
-    for path in (SYSTEMD / "agent-worker.env.example", DEPLOY / ".env.example"):
+    for path in (SYSTEMD / "agent-worker.env.example",
+                 SYSTEMD / "agent-worker-migrate.env.example", DEPLOY / ".env.example"):
         for key, value in read_env_file(path).items():
             if "PASSWORD" in key or "AUTH" in key or "DATABASE_URL" in key:
                 assert "CHANGE_ME" in value, f"{path.name} {key} looks like a real value"
@@ -448,6 +452,40 @@ def test_migrate_job_runs_the_upgrade_once() -> None:
     assert job["spec"]["backoffLimit"] >= 1
 
 
+def _url_user(url: str) -> str:
+    return url.split("://", 1)[1].split(":", 1)[0]
+
+
+def test_only_the_migration_connects_as_the_schema_owner() -> None:
+    """The three roles of postgres-roles.sql: the migrate Job and the compose
+    ``migrate`` service as the owner, every other app process as the app role
+    (workers and beat also as the system role), nothing as the superuser."""
+    secret = k8s_object("Secret", "agent-worker")["stringData"]
+    assert {k: _url_user(v) for k, v in secret.items() if k.endswith("DATABASE_URL")} == {
+        "AGENT_WORKER_DATABASE_URL": "agent_worker",
+        "AGENT_WORKER_OWNER_DATABASE_URL": "agent_worker_owner",
+        "AGENT_WORKER_SYSTEM_DATABASE_URL": "agent_worker_system"}
+    assert secret["POSTGRES_USER"] not in {"agent_worker", "agent_worker_owner",
+                                           "agent_worker_system"}
+    for name, template in pod_templates():
+        for container in template["spec"]["containers"]:
+            keys = {k: v["secretKeyRef"]["key"] for k, v in env_of(container).items()
+                    if isinstance(v, dict) and "secretKeyRef" in v}
+            owner = name == "agent-worker-migrate"
+            assert (keys.get("AGENT_WORKER_DATABASE_URL") == "AGENT_WORKER_OWNER_DATABASE_URL"
+                    ) is owner, name
+            assert owner or "AGENT_WORKER_OWNER_DATABASE_URL" not in keys.values(), name
+    services = compose()["services"]
+    for name, service in services.items():
+        url = service.get("environment", {}).get("AGENT_WORKER_DATABASE_URL")
+        if url is not None:
+            want = "agent_worker_owner" if name == "migrate" else "agent_worker"
+            assert _url_user(url) == want, name
+    for name in ("worker", "beat"):
+        assert _url_user(services[name]["environment"]["AGENT_WORKER_SYSTEM_DATABASE_URL"]
+                         ) == "agent_worker_system"
+
+
 def test_redis_statefulset_persists_and_never_evicts() -> None:
     redis = k8s_object("StatefulSet", "agent-worker-redis")
     assert redis["spec"]["replicas"] == 1
@@ -579,6 +617,8 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             # Tenant b's oldest run waits 2 more minutes for a slot each minute.
             {"series": 'agent_worker_share_oldest_wait_seconds{tenant="b",agent="x"}',
              "values": "0+120x60"},
+            # A transaction left open at minute 0: past 10 minutes at minute 11.
+            {"series": "agent_worker_db_oldest_transaction_seconds", "values": "0+60x60"},
         ],
         "alert_rule_test": [
             quiet("AgentWorkerStaleRuns", "5m"),
@@ -596,6 +636,8 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             quiet("AgentWorkerTenantStarved", "10m"),
             {"eval_time": "20m", "alertname": "AgentWorkerTenantStarved",
              "exp_alerts": [{"exp_labels": {"severity": "warning", "tenant": "b"}}]},
+            quiet("AgentWorkerLongTransaction", "14m"),
+            fires("AgentWorkerLongTransaction", "17m", "warning"),
         ],
     }
     healthy = {
@@ -608,6 +650,8 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
             {"series": 'agent_worker_unserved_runs{agent="a",version="1"}', "values": "0x60"},
             {"series": 'agent_worker_share_oldest_wait_seconds{tenant="b",agent="x"}',
              "values": "30x60"},
+            # Laps' transactions: a second or two at a scrape.
+            {"series": "agent_worker_db_oldest_transaction_seconds", "values": "2x60"},
         ],
         "alert_rule_test": [
             quiet(name, "40m")
@@ -619,6 +663,7 @@ def test_alert_rules_fire_when_they_should(tmp_path: Path) -> None:
                 "AgentWorkerMetricsAbsent",
                 "AgentWorkerVersionUnserved",
                 "AgentWorkerTenantStarved",
+                "AgentWorkerLongTransaction",
             )
         ],
     }
@@ -887,7 +932,11 @@ def test_systemd_unit_parses_and_runs_something(name: str) -> None:
     exec_start = unit_value(unit, "Service", "ExecStart")
     assert exec_start.startswith("/"), "ExecStart needs an absolute path"
     assert unit_value(unit, "Service", "User") == "agent-worker"
-    assert unit_value(unit, "Service", "EnvironmentFile") == "/etc/agent-worker/agent-worker.env"
+    env_files = unit_values(unit, "Service", "EnvironmentFile")
+    assert env_files[0] == "/etc/agent-worker/agent-worker.env"
+    # Only migrations read the schema owner's URL, from a file of their own.
+    assert env_files[1:] == (["/etc/agent-worker/agent-worker-migrate.env"]
+                             if name == "agent-worker-migrate.service" else [])
     if unit_value(unit, "Service", "Type") != "oneshot":
         assert unit_value(unit, "Service", "Restart") == "always"
         assert unit_value(unit, "Install", "WantedBy") == "multi-user.target"

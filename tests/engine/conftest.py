@@ -3,6 +3,7 @@ Postgres refuses (U+0000, lone surrogates, a commit's real fencing)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Container, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,53 @@ from typing import Any
 import pytest
 
 from agent_worker.agent import Agent, Registry
+from agent_worker.engine import heartbeat
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.store.base import RunRecord
-from agent_worker.store.sql import SqlStore
+
+#: The threads alive when a test's body starts: those of broader fixtures
+#: (a module's worker, a server) are not the test's to stop.
+_CALL_THREADS = pytest.StashKey[set[threading.Thread]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    item.stash[_CALL_THREADS] = set(threading.enumerate())
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left(request: pytest.FixtureRequest,
+                   monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every thread a test's body starts has ended once its fixtures are torn
+    down: idle threads piling up across a session (120 lease heartbeats, one
+    per worker never closed) slowed a loaded machine until a test hit its
+    timeout.
+
+    The heartbeat of every runtime the test ran a lap on is stopped first,
+    as ``Runtime.close()`` does (tests build many workers and close few), and
+    the runtime forgets it, so a worker a later test shares starts a new one.
+    Any other thread still alive a few seconds later fails the test."""
+    beaters: list[Any] = []
+    start = heartbeat._Beater.__init__
+
+    def tracked(self: Any, rt: Any) -> None:
+        start(self, rt)
+        beaters.append(self)
+
+    monkeypatch.setattr(heartbeat._Beater, "__init__", tracked)
+    yield
+    for beater in beaters:
+        beater.stop()
+        if beater.rt.heartbeat is beater:
+            beater.rt.heartbeat = None
+    before = request.node.stash.get(_CALL_THREADS, None)
+    if before is None:  # the body never ran: its setup failed
+        return
+    left = [t for t in threading.enumerate() if t not in before]
+    for t in left:  # one that is ending (a stopped wait) gets a moment
+        t.join(timeout=5)
+    alive = [t.name for t in left if t.is_alive()]
+    assert not alive, f"threads left running by this test: {alive}"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -31,8 +76,7 @@ def bare_worker(dialect_url: str) -> Iterator[InProcessWorker]:
     w = InProcessWorker(dialect_url, retry_backoff_seconds=0, max_lap_attempts=3)
     w.rt.registry = Registry()
     yield w
-    assert isinstance(w.rt.store, SqlStore)
-    w.rt.store.dispose()
+    w.close()
 
 
 #: Passes ``swept`` makes at most: each sends at most 500 laps a kind.

@@ -33,7 +33,9 @@ from tests.integration.test_effects import moved
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.support import ROOT, Proc, seeded_venv, wait_for, worker_environ
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# A wheel build and installs in fresh virtual environments (300 s each at
+# most, timed by their own subprocess timeouts, which fire first).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 PAYMENTS = 4
 

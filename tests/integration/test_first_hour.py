@@ -25,7 +25,10 @@ import pytest
 from tests.support import ROOT, seeded_venv
 from tests.support_docs import readme_walkthrough
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# The whole walkthrough on a fresh clone: its steps carry their own
+# timeouts (demo.sh and test.sh 300 s each), which name the step that hung; the
+# test's own timeout stays above them so they fire first.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 FLOWER_PORT = 5555  # the walkthrough's curl talks to the demo's Flower there
 CONSOLE_PORT = 8090  # the demo's console

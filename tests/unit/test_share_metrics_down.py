@@ -51,6 +51,7 @@ def test_a_scrape_with_the_store_down_reads_it_once(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(stats, "snapshot", snapshot)
     monkeypatch.setattr("agent_worker.metrics.EventCounters.update", lambda *_a, **_k: None)
+    monkeypatch.setattr(stats, "oldest_transaction_seconds", lambda _store: None)
     registry = registry_for(object(), Settings())  # type: ignore[arg-type]
     samples = _samples(registry)
     assert samples["agent_worker_store_up[]"] == 0
