@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agent_worker.agent import Registry, registry
 from agent_worker.clock import Clock, SystemClock
@@ -26,6 +26,18 @@ class Dispatcher(Protocol):
     """Hands a lap to whatever runs laps: Celery, or the in-process queue."""
 
     def send(self, lap: DueLap) -> None: ...
+
+
+@runtime_checkable
+class QueueReader(Protocol):
+    """A dispatcher that can say how many lap messages its broker holds, so
+    the sweeper re-sends only the messages a queue lacks (``store.handoffs``)
+    instead of every hand-off that waited long in a backlog."""
+
+    def queued(self, versions: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Messages in the lap queue of each of ``versions`` (agent, version);
+        a queue it could not read is left out. Never raises."""
+        ...
 
 
 @dataclass

@@ -125,13 +125,14 @@ class BenchFleet:
                                       settings=settings_from(self.env)))
         self.workers: list[Proc] = []
 
-    def worker(self, concurrency: int, **env: str) -> Proc:
+    def worker(self, concurrency: int, loglevel: str | None = None, **env: str) -> Proc:
         """Start ``celery -A agent_worker.tasks worker``; the pool comes from the fleet's env
         (``AGENT_WORKER_WORKER_POOL``), as in a deployment. Workers log at
-        WARNING (``$BENCH_LOGLEVEL`` to compare: INFO writes two lines a lap)."""
+        WARNING (``$BENCH_LOGLEVEL`` to compare: INFO writes two lines a lap),
+        or at ``loglevel`` for a benchmark that reads the log."""
         n = len(self.workers)
         args = [sys.executable, "-m", "celery", "-A", _package(self.tree, "tasks"), "worker",
-                "--loglevel", os.environ.get("BENCH_LOGLEVEL", "WARNING"),
+                "--loglevel", loglevel or os.environ.get("BENCH_LOGLEVEL", "WARNING"),
                 "--concurrency", str(concurrency),
                 "--without-mingle", "--without-gossip", "-n", f"{self.name}-{n}-{os.getpid()}@%h"]
         proc = Proc(args, {**self.env, **env}, self.logdir / f"{self.name}-{n}.log",

@@ -482,9 +482,8 @@ def sql_census(url: str, n: int, prefix: str) -> dict[str, Any]:
     wait of psycopg that touched the socket: statements, BEGIN, COMMIT, pool
     pings; not the autocommit switches and idle rollbacks it settles
     locally), statements by kind and table, commits and pool checkouts.
-    Counted at the driver, whichever layer sends them: the lap's hot
-    statements go through psycopg itself (``store.hotsql``), past
-    SQLAlchemy's events."""
+    Counted at the driver, whichever engine sends them (the store's own or
+    the relaxed one of its lap path)."""
     import psycopg
     from sqlalchemy import event
 

@@ -14,8 +14,10 @@ unit of weight goes first (weighted max-min fairness), and within a tenant the
 highest ``priority``, then the oldest run. Only admission sets a run's
 ``admitted_lap`` to a lap, so a count taken under the lock cannot be raced by
 a second admitter; a claim turns an admitted run into a running one (both
-hold the slot), and a commit or release frees it. A dead worker's slot is
-freed by the sweeper's recovery (``sweeping._flip``).
+hold the slot), and a commit or release frees it. A dead worker's lap keeps
+its slot through the sweeper's recovery (``sweeping.sweep``): the re-send is
+admitted already, so a sweep on a process that has not registered the run's
+agent sends it too.
 
 Rate limits (``store.ratelimit``) are one more condition a pick must meet: the
 pass reads the last minute's charges under the same lock and charges each lap

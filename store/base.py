@@ -17,6 +17,7 @@ from agent_worker.store.auditbase import AuditEntry as AuditEntry
 from agent_worker.store.auditbase import AuditRecord as AuditRecord
 from agent_worker.store.auditbase import AuditStore
 from agent_worker.store.childbase import ChildStore
+from agent_worker.store.queued import QueuedMessages
 from agent_worker.store.schedtypes import ScheduleStore
 from agent_worker.store.values import ApprovalRecord as ApprovalRecord
 from agent_worker.store.values import Claim as Claim
@@ -113,11 +114,13 @@ class LapStore(Protocol):
         ...
 
     def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
-              limit: int = 500) -> list[DueLap]:
+              limit: int = 500, queued: QueuedMessages | None = None) -> list[DueLap]:
         """Recover expired leases, wake due sleepers, time out approvals and
-        signal waits, and pick queued runs whose hand-off expired unclaimed
-        (``handoff_seconds`` after the send, then backing off up to
-        ``resend_max_seconds``). Returns only laps of versions a live worker
+        signal waits, and pick queued runs whose message is lost: for a
+        version ``queued`` read, as many as its queue lacks, oldest hand-off
+        first (``store.handoffs``); for any other, those unclaimed
+        ``handoff_seconds`` after the send, then backing off up to
+        ``resend_max_seconds``. Returns only laps of versions a live worker
         serves, marked as sent; safe when two sweepers run at once. Every
         comparison is on the database's clock; ``now`` is the caller's."""
         ...

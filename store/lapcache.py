@@ -1,7 +1,9 @@
 """What this process last committed for a run, so its next lap need not read
-it back (the claim's checkpoint and 40-message window were a third
-of an in-process lap, although this process had written those rows one lap
-earlier).
+its message window back (the claim's checkpoint and 40-message window were a
+third of an in-process lap, although this process had written those rows one
+lap earlier). The claim is one statement either way and returns the
+checkpoint itself (``store.statements.CLAIM``); a hit spares the window read
+that would follow it.
 
 An entry is only ever *offered*; the claim decides. After this process's
 fenced commit of lap ``L`` succeeds, the entry holds the checkpoint it wrote

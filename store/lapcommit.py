@@ -1,11 +1,13 @@
-"""The lap commit: one description of how a lap leaves the run row, and the
-statements both dialects run, generated from it.
+"""The lap commit: one description of how a lap leaves the run row, the
+statements both dialects run, generated from it, and ``write``, the one
+function that sends them (``SqlLapStore.commit_lap`` chooses only whether
+it runs alone in autocommit or inside a transaction with the rare extras).
 
 The fenced UPDATE of the run row (``ADVANCE``) and the inserts of the lap's
 messages, checkpoint and audit event are written once, as SQLAlchemy Core over
 the table definitions. Postgres runs them as a single statement of
-data-modifying CTEs (one round trip, and with ``SqlBase._autocommit`` one
-fsync per lap): every insert selects from the fenced UPDATE, so when the fence
+data-modifying CTEs (one round trip, and in autocommit one fsync per
+lap): every insert selects from the fenced UPDATE, so when the fence
 fails (another worker owns the run, or it was cancelled) nothing at all is
 written. SQLite, which has no data-modifying CTEs, runs the same UPDATE and
 then the same inserts with the run id as a parameter, inside the caller's
@@ -43,7 +45,6 @@ from sqlalchemy.dialects import sqlite
 
 from agent_worker.store.base import LapCommit
 from agent_worker.store.dbtime import db_now
-from agent_worker.store.hotconn import HotConnection
 from agent_worker.store.models import UTCDateTime
 from agent_worker.store.rows import checkpoints, events, message_body, messages, runs
 from agent_worker.store.runstatus import stored
@@ -166,13 +167,6 @@ _MESSAGE = (sqlite.insert(messages).values(
     .on_conflict_do_nothing())
 
 
-def write_alone(conn: HotConnection, values: dict[str, Any]) -> bool:
-    """``write`` on Postgres in autocommit, as the lap's hot path runs it: the
-    one statement through psycopg itself (``store.hotsql``), one round trip
-    and, committing on its own, one fsync."""
-    return int(conn.scalar(ONE_STATEMENT, values)) == 1
-
-
 def write(conn: Connection, values: dict[str, Any]) -> bool:
     """The fenced commit of one lap on ``conn`` (``values`` from ``params``);
     ``False``, with nothing written, when the fence failed. Never commits."""
@@ -188,4 +182,4 @@ def write(conn: Connection, values: dict[str, Any]) -> bool:
     return True
 
 
-__all__ = ["ADVANCE", "ONE_STATEMENT", "params", "write", "write_alone"]
+__all__ = ["ADVANCE", "ONE_STATEMENT", "params", "write"]

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Literal
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agent_worker.errors import IdempotencyConflictError
@@ -40,16 +40,14 @@ from agent_worker.store.base import (
 )
 from agent_worker.store.dbtime import db_time
 from agent_worker.store.edits import StateEdit
-from agent_worker.store.hotconn import HotConnection
 from agent_worker.store.lapcache import Known, LapCache
+from agent_worker.store.queued import QueuedMessages
 from agent_worker.store.rows import (
     effects,
     fence,
     message_body,
-    message_of,
     messages,
     record_event_tx,
-    run_of,
     runs,
     served_versions,
     signals,
@@ -79,36 +77,32 @@ class SqlLapStore(SqlBase):
     ) -> Claim | None:
         params: dict[str, Any] = {"run_id": run_id, "lap": lap, "owner": owner, "now": now,
                                   "expires": now + timedelta(seconds=lease_seconds),
-                                  "lease_seconds": lease_seconds}
-        cache = self.lap_cache
-        known = cache.offer(run_id, lap, window_messages)
-        statement = statements.CLAIM if known is None else statements.CLAIM_KNOWN
-        if served is not None:
-            statement = (statements.CLAIM_SERVED if known is None
-                         else statements.CLAIM_KNOWN_SERVED)
-            params["served"] = list(served)
+                                  "lease_seconds": lease_seconds,
+                                  "any_version": served is None, "served": list(served or ())}
+        known = self.lap_cache.offer(run_id, lap, window_messages)
 
-        def tx(hot: HotConnection) -> tuple[Claim, Known] | None:
-            row = hot.first(statement, params)
+        def tx(conn: Connection) -> Claim | None:
+            row = conn.execute(statements.CLAIM if conn.dialect.name == "postgresql"
+                               else statements.CLAIM_SQLITE, params).first()
             if row is None:
                 return None
-            run = run_of(row)
-            edits = _state.pending_edits(hot.sql(), run_id) if row["has_edits"] else []
-            if known is not None and _still(known, run, row["last_seq"]):
-                return _claim_of(run, lap, owner, known, edits), known
-            # Past the claim, what a lap that cannot start from the cache reads
-            # goes through SQLAlchemy (on the same connection).
-            state: dict[str, Any] = (
-                row["checkpoint_state"] if known is None else hot.sql().execute(
-                    statements.CHECKPOINT, {"run_id": run_id, "lap": lap}).scalar_one())
-            return _load(hot, run, lap, owner, state, window_messages, edits)
+            run = to_run(row)
+            state: dict[str, Any] = row.checkpoint_state
+            edits = _state.pending_edits(conn, run_id) if row.has_edits else []
+            if known is not None and _still(known, run, row.last_seq):
+                # Nothing was written since this process's commit: no message
+                # or ledger row of this lap exists yet, and the window is the one
+                # that commit left.
+                return Claim(run=run, lap=lap, owner=owner, checkpoint=state,
+                             window=list(known.window), lap_messages=[], effects={},
+                             state_edits=edits)
+            return _load(conn, run, lap, owner, state, window_messages, edits)
 
-        out = self._hot(tx, durable=False)
-        if out is None:
-            return None
-        claim, basis = out
-        cache.claimed(run_id, Known(claim.run.created_at, lap, owner, window_messages,
-                                    basis.state, basis.window))
+        claim = self._autocommit(tx, durable=False)
+        if claim is not None:
+            self.lap_cache.claimed(run_id, Known(claim.run.created_at, lap, owner,
+                                                 window_messages, claim.checkpoint,
+                                                 tuple(claim.window)))
         return claim
 
     def renew_lease(
@@ -141,17 +135,17 @@ class SqlLapStore(SqlBase):
             ).scalar_one_or_none()
             return None if existing is None else Message.model_validate(existing)
 
-        def tx(hot: HotConnection) -> Message | None:
-            if hot.first(statements.JOURNAL, params) is not None:
+        def tx(conn: Connection) -> Message | None:
+            if conn.execute(statements.JOURNAL, params).first() is not None:
                 return message
-            return stored(hot.sql())  # an earlier attempt's output: the lease is held
+            return stored(conn)  # an earlier attempt's output: the lease is held
 
         try:
-            journaled = self._hot(tx, durable=False)
+            journaled = self._autocommit(tx, durable=False)
         except IntegrityError as error:
             # Another attempt's output may have landed between the statement's
             # check and its insert (``statements.JOURNAL``): read it afresh.
-            journaled = self._hot(lambda hot: stored(hot.sql()), durable=False)
+            journaled = self._autocommit(stored, durable=False)
             if journaled is None:
                 raise error
         assert journaled is not None, "fenced, and neither inserted nor stored"
@@ -162,15 +156,12 @@ class SqlLapStore(SqlBase):
     ) -> tuple[EffectRecord, bool]:
         def tx(conn: Connection) -> tuple[EffectRecord, bool]:
             fence(conn, intent.run_id, None, owner, now, cancel=fence_cancel)
-            existing = conn.execute(select(effects).where(effects.c.key == intent.key)).first()
+            key = {"effect_key": intent.key}
+            existing = conn.execute(statements.EFFECT, key).first()
             if existing is None:
-                conn.execute(
-                    insert(effects).values(
-                        **intent.__dict__, status="pending", result=None, error=None,
-                        attempts=1, created_at=now, updated_at=now,
-                    )
-                )
-                created = conn.execute(select(effects).where(effects.c.key == intent.key)).one()
+                created = conn.execute(statements.NEW_EFFECT, {
+                    **intent.__dict__, "status": "pending", "result": None, "error": None,
+                    "attempts": 1, "created_at": now, "updated_at": now}).one()
                 return to_effect(created), True
             if existing.args_hash != intent.args_hash:
                 raise IdempotencyConflictError(
@@ -178,15 +169,10 @@ class SqlLapStore(SqlBase):
                     f"(tool {existing.tool_name}); refusing to call it with new ones"
                 )
             if existing.status in ("pending", "not_applied"):
-                conn.execute(
-                    update(effects)
-                    .where(effects.c.key == intent.key)
-                    .values(attempts=effects.c.attempts + 1, updated_at=now, status="pending")
-                )
+                conn.execute(statements.EFFECT_AGAIN, {**key, "now": now})
             if existing.status == "not_applied":
                 # Known never to have landed: the caller makes the call (again).
-                again = conn.execute(select(effects).where(effects.c.key == intent.key)).one()
-                return to_effect(again), True
+                return to_effect(conn.execute(statements.EFFECT, key).one()), True
             return to_effect(existing), False
 
         return self._tx(tx)
@@ -195,27 +181,15 @@ class SqlLapStore(SqlBase):
         self, key: str, *, status: EffectStatus, result: Any, error: str | None,
         now: datetime,
     ) -> None:
-        # An outcome never overwrites "applied"; only compensation moves past it.
-        guard = (effects.c.status == "applied" if status == "compensated"
-                 else effects.c.status.not_in(("applied", "compensated")))
-        values: dict[str, Any] = {"status": status, "updated_at": now}
-        if status != "compensated":
-            values.update(result=result, error=error)
-        self._tx(lambda conn: conn.execute(
-            update(effects).where(effects.c.key == key, guard).values(**values)))
+        params: dict[str, Any] = {"effect_key": key, "now": now}
+        if status == "compensated":
+            self._tx(lambda conn: conn.execute(statements.EFFECT_COMPENSATED, params))
+            return
+        params.update(set_status=status, set_result=result, set_error=error)
+        self._tx(lambda conn: conn.execute(statements.EFFECT_OUTCOME, params))
 
     def commit_lap(self, commit: LapCommit) -> bool:
         values = lapcommit.params(commit)
-        # A commit that waits takes the transaction: it must re-check for
-        # wake-ups that arrived since the lap read them (``store.wakeups``).
-        # So does one that ends the run: a parent waiting for it must be woken
-        # in the same transaction (``store.children``). Otherwise Postgres
-        # commits the lap's one statement in autocommit.
-        if self.engine.dialect.name == "postgresql" and not (
-                commit.new_approvals or commit.delivered_signals or commit.applied_edits
-                or commit.update.status == "waiting" or commit.update.status in TERMINAL):
-            return self._remember(commit, values, self._hot(
-                lambda hot: lapcommit.write_alone(hot, values), durable=True))
 
         def tx(conn: Connection) -> bool:
             if not lapcommit.write(conn, values):
@@ -224,7 +198,19 @@ class SqlLapStore(SqlBase):
             _recheck_wait(conn, commit)
             return True
 
-        return self._remember(commit, values, self._tx(tx))
+        # A commit that waits must re-check, in its transaction, for wake-ups
+        # that arrived since the lap read them (``store.wakeups``); one that
+        # ends the run must wake a parent waiting for it in the same
+        # transaction (``store.children``); approvals, signals and edits land
+        # with the lap. Any other commit is ``lapcommit.write``'s one statement
+        # on Postgres, atomic alone: autocommit spares it BEGIN and COMMIT.
+        alone = not (commit.new_approvals or commit.delivered_signals or commit.applied_edits
+                     or commit.update.status == "waiting" or commit.update.status in TERMINAL)
+        # A lap that only read and hands the run on skips the WAL flush
+        # (``LapCommit.durable``): anything else it carried is durable.
+        relaxed = alone and commit.update.enqueue and not commit.durable
+        committed = self._autocommit(tx, durable=not relaxed) if alone else self._tx(tx)
+        return self._remember(commit, values, committed)
 
     def _remember(self, commit: LapCommit, values: dict[str, Any], committed: bool) -> bool:
         """After the fenced commit: what the next lap starts from (its new
@@ -273,10 +259,10 @@ class SqlLapStore(SqlBase):
         return self._tx(tx)
 
     def sweep(self, *, now: datetime, handoff_seconds: float, resend_max_seconds: float,
-              limit: int = 500) -> list[DueLap]:
+              limit: int = 500, queued: QueuedMessages | None = None) -> list[DueLap]:
         return self._tx(lambda c: sweeping.sweep(
             c, now=now, handoff_seconds=handoff_seconds, resend_max_seconds=resend_max_seconds,
-            limit=limit))
+            limit=limit, queued=queued))
 
     def heartbeat(self, worker: str, versions: Sequence[tuple[str, str]], *,
                   now: datetime) -> None:
@@ -335,23 +321,13 @@ def _still(known: Known, run: RunRecord, last_seq: int | None) -> bool:
                                                    else -1) == count - 1
 
 
-def _claim_of(run: RunRecord, lap: int, owner: str, known: Known,
-              edits: list[StateEdit]) -> Claim:
-    """The claim as the database would have given it, from what this process
-    committed: no message or ledger row of this lap exists yet (``_still``)."""
-    return Claim(run=run, lap=lap, owner=owner, checkpoint=known.state,
-                 window=list(known.window), lap_messages=[], effects={}, state_edits=edits)
-
-
-def _load(hot: HotConnection, run: RunRecord, lap: int, owner: str, state: dict[str, Any],
-          window_messages: int, edits: list[StateEdit]) -> tuple[Claim, Known]:
+def _load(conn: Connection, run: RunRecord, lap: int, owner: str, state: dict[str, Any],
+          window_messages: int, edits: list[StateEdit]) -> Claim:
     """The claim from the database: the window, this lap's journaled messages
-    and ledger rows (with the ``Known`` its commit may extend). The window is
-    the one read every lap that misses the lap cache (a run's next lap taken
-    by another worker, a resume): it goes through psycopg itself when the
-    claim's connection still can (``store.hotconn``)."""
+    and ledger rows; read by every lap that misses the lap cache (a run's next
+    lap taken by another worker, a resume)."""
     count = int(state.get("message_count", 0))
-    loaded = [message_of(m) for m in hot.rows(statements.WINDOW, {
+    loaded = [to_message(m) for m in conn.execute(statements.WINDOW, {
         "run_id": run.id, "start": max(count - window_messages, 0),
         "summary": state.get("summary_seq")})]
     lap_messages = [m for m in loaded if m.seq >= count]
@@ -364,13 +340,12 @@ def _load(hot: HotConnection, run: RunRecord, lap: int, owner: str, state: dict[
         laps = {lap} | {int(p["lap"]) for p in pending}
         lap_effects = {
             e.key: e
-            for e in map(to_effect, hot.sql().execute(select(effects).where(
+            for e in map(to_effect, conn.execute(select(effects).where(
                 effects.c.run_id == run.id, effects.c.lap.in_(laps))))
         }
     window = [m for m in loaded if m.seq < count]
-    claim = Claim(run=run, lap=lap, owner=owner, checkpoint=state, window=window,
-                  lap_messages=lap_messages, effects=lap_effects, state_edits=edits)
-    return claim, Known(run.created_at, lap, owner, window_messages, state, tuple(window))
+    return Claim(run=run, lap=lap, owner=owner, checkpoint=state, window=window,
+                 lap_messages=lap_messages, effects=lap_effects, state_edits=edits)
 
 
 def _commit_extras(conn: Connection, commit: LapCommit) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -57,27 +57,21 @@ _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__)
 
 
 def to_run(row: Row[Any]) -> RunRecord:
-    """The run as readers see it: its status shown from the lease (``store.runstatus``)."""
-    return run_of(cast(Mapping[str, Any], row._mapping))
-
-
-def run_of(row: Mapping[str, Any]) -> RunRecord:
-    """``to_run`` of a row as a mapping by column name (other keys ignored)."""
-    fields = {k: v for k, v in row.items() if k in _RUN_FIELDS}
+    """The run as readers see it: its status shown from the lease
+    (``store.runstatus``). Columns that are no run field (the claim's extra
+    facts) are ignored."""
+    fields = {k: v for k, v in row._mapping.items() if k in _RUN_FIELDS}
     fields["status"] = shown(fields["status"], fields.get("lease_owner"))
     return RunRecord(**fields)
 
 
 def to_message(row: Row[Any, Any, Any]) -> StoredMessage:
-    return message_of(cast(Mapping[str, Any], row._mapping))
-
-
-def message_of(row: Mapping[str, Any]) -> StoredMessage:
-    """``to_message`` of a row as a mapping by column name."""
-    body = row["body"]
+    """A message row; its body JSON text (``statements.WINDOW`` casts it, for
+    pydantic to parse at once) or already parsed."""
+    body = row.body
     message = (Message.model_validate_json(body) if isinstance(body, str)
                else Message.model_validate(body))
-    return StoredMessage(seq=row["seq"], lap=row["lap"], message=message)
+    return StoredMessage(seq=row.seq, lap=row.lap, message=message)
 
 
 def message_body(message: Message) -> dict[str, Any]:
@@ -104,13 +98,27 @@ def to_event(row: Row[Any]) -> EventRecord:
 
 def fence(conn: Connection, run_id: str, lap: int | None, owner: str, now: datetime,
            *, cancel: bool) -> None:
-    """Lock the run row if ``owner`` still holds its lease, else raise ``LeaseLost``."""
+    """Lock the run row until the transaction ends if ``owner`` still holds
+    its lease, else raise ``LeaseLost``: a claim or a cancel of the run waits
+    for what is written under the fence (an effect's intent, children).
+
+    On Postgres the lock an UPDATE would take (``FOR NO KEY UPDATE``, which
+    waits and re-checks the row like one) without writing a new version of
+    the row: an effect's intent would otherwise leave a dead version of the
+    run row behind on every effectful lap. On SQLite the fence writes the row
+    (``updated_at``): a transaction there starts at its first write, so a
+    read first would check the lease outside the transaction it fences."""
     cond = [runs.c.id == run_id, runs.c.lease_owner == owner]
     if lap is not None:
         cond.append(runs.c.next_lap == lap)
     if cancel:
         cond.append(runs.c.cancel_requested_at.is_(None))
-    if conn.execute(update(runs).where(and_(*cond)).values(updated_at=now)).rowcount != 1:
+    if conn.dialect.name == "postgresql":
+        held = conn.execute(select(runs.c.id).where(and_(*cond))
+                            .with_for_update(key_share=True)).first() is not None
+    else:
+        held = conn.execute(update(runs).where(and_(*cond)).values(updated_at=now)).rowcount == 1
+    if not held:
         raise LeaseLost(f"run {run_id}: lease lost (owner {owner})")
 
 

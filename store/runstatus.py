@@ -1,13 +1,16 @@
-"""A run's status as readers see it, from what the run row stores
-(HOT updates of the run row; migration ``0018_lap_hot``).
+"""The one mapping between a run's stored ``status`` and the status readers
+see: the claim and the lap commit store through ``STARTED`` and ``stored``;
+every reader filters, counts and shows through ``status_is``, ``any_of``,
+``in_flight``, ``waiting_turn``, ``shown_column`` and ``shown``.
 
+Why they differ: HOT updates of the run row (migration ``0018_lap_hot``).
 ``status`` is in four indexes of the run row (as a key or a partial index's
 predicate), so an update that changes it can never be a HOT update: it writes
 a new entry into every index of the row (about 1.4 KB of WAL per lap, 26% of
-it, measured in BENCHMARKS.md "HOT run-row updates"). A lap used to flip it
-twice: the claim wrote ``running``, the commit ``queued``.
+it, measured in BENCHMARKS.md "HOT run-row updates"). A lap that flipped it
+twice (the claim ``running``, the commit ``queued``) paid that on both.
 
-Now the stored ``running`` means "started and not paused or ended"; whether a
+So the stored ``running`` means "started and not paused or ended"; whether a
 lap is *in flight* is the lease: the claim writes ``running`` (a no-op from
 the second lap on) and a continuing lap's commit keeps it, clearing the lease.
 Neither touches an indexed column, so with the room the table's fillfactor
@@ -23,10 +26,9 @@ anything else      (any)            as stored
 =================  ===============  ============
 
 (A stored ``queued`` with a lease cannot arise: every claim writes
-``running``, every writer of ``queued`` clears the lease.) Every SQL filter
-or count by a runnable status goes through ``status_is``/``SHOWN`` below, and
-every ``RunRecord`` through ``shown``: the lease, not the status column,
-answers "is a lap in flight", as it always did for the claim and the sweeper.
+``running``, every writer of ``queued`` clears the lease.) The lease, not the
+status column, answers "is a lap in flight", as it always did for the claim
+and the sweeper.
 """
 
 from __future__ import annotations
@@ -41,15 +43,16 @@ from agent_worker.vocabulary import RUNNABLE, RunStatus
 # Not ``store.rows.runs``: ``store.rows`` builds every ``RunRecord`` with ``shown``.
 runs = cast(Table, Run.__table__)
 
-#: What a continuing lap's commit stores for a run the reader sees ``queued``.
-BETWEEN_LAPS: Final[RunStatus] = "running"
+#: What the claim stores, and a continuing lap's commit keeps for a run the
+#: reader sees ``queued``: started, not paused or ended.
+STARTED: Final[RunStatus] = "running"
 
 
 def in_flight() -> ColumnElement[bool]:
     """A lap of the run holds a lease (live or lapsed): shown ``running``.
     Only a stored ``running`` (every claim writes it), so counting laps in
     flight reads no row of a backlog of never-claimed ``queued`` runs."""
-    return and_(runs.c.status == BETWEEN_LAPS, runs.c.lease_owner.is_not(None))
+    return and_(runs.c.status == STARTED, runs.c.lease_owner.is_not(None))
 
 
 def waiting_turn() -> ColumnElement[bool]:
@@ -71,14 +74,14 @@ def shown_column() -> ColumnElement[str]:
     """The shown status as a SQL expression (for counts grouped by status)."""
     return case(
         (in_flight(), literal("running")),
-        (runs.c.status == BETWEEN_LAPS, literal("queued")),
+        (runs.c.status == STARTED, literal("queued")),
         else_=runs.c.status,
     )
 
 
 def shown(status: RunStatus, lease_owner: str | None) -> RunStatus:
     """The shown status of a stored row (``RunRecord.status``)."""
-    if status == BETWEEN_LAPS:
+    if status == STARTED:
         return "queued" if lease_owner is None else "running"
     return status
 
@@ -87,7 +90,7 @@ def stored(status: RunStatus) -> RunStatus:
     """What a lap commit stores for the status it means: a run it hands to its
     next lap (``queued``) keeps ``running``, so the commit changes no indexed
     column (its cleared lease makes it shown ``queued``)."""
-    return BETWEEN_LAPS if status == "queued" else status
+    return STARTED if status == "queued" else status
 
 
 def any_of(statuses: tuple[str, ...]) -> ColumnElement[bool]:
@@ -95,5 +98,5 @@ def any_of(statuses: tuple[str, ...]) -> ColumnElement[bool]:
     return or_(*(status_is(s) for s in statuses))
 
 
-__all__ = ["BETWEEN_LAPS", "any_of", "in_flight", "shown", "shown_column", "status_is",
+__all__ = ["STARTED", "any_of", "in_flight", "shown", "shown_column", "status_is",
            "stored", "waiting_turn"]

@@ -12,14 +12,12 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.pool import QueuePool
 
-from agent_worker.store import audit, hotconn, hotsql, tenancy
+from agent_worker.store import audit, tenancy
 from agent_worker.store.db import make_engine
 from agent_worker.store.dbtime import read_now
-from agent_worker.store.hotconn import HotConnection
 from agent_worker.store.retry import with_retry
 
 T = TypeVar("T")
-
 
 
 class SqlBase:
@@ -35,8 +33,9 @@ class SqlBase:
     synchronous commit, which flushes the WAL up to it, journal included; and
     the lap commit writes the journaled message again (a no-op unless the crash
     lost it). So a lap pays one fsync, not three. The chaos suite's Postgres
-    ``-m immediate`` restart is the test of this. Those three statements go
-    through psycopg itself (``_hot``: ``store.hotsql``, ``store.hotconn``).
+    ``-m immediate`` restart is the test of this. A lap that only read pays
+    none: its commit runs on the relaxed engine too (``LapCommit.durable``;
+    docs/reference/guarantees.md says what a crash can then cost).
     """
 
     def __init__(self, engine: Engine | str) -> None:
@@ -54,25 +53,10 @@ class SqlBase:
         them atomic on its own; elsewhere, as one ordinary transaction."""
         if self.engine.dialect.name != "postgresql":
             return self._tx(fn)
-        engine = self.engine if durable else self._relaxed_engine()
 
         def attempt() -> T:
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                return fn(conn)
-
-        return with_retry(attempt)
-
-    def _hot(self, fn: Callable[[HotConnection], T], *, durable: bool) -> T:
-        """``_autocommit`` for the lap's hot statements: on Postgres through
-        psycopg on the pool's own checkout (``store.hotsql``,
-        ``store.hotconn``), retried as a whole like any transaction;
-        elsewhere through SQLAlchemy as ``_autocommit`` runs it."""
-        if self.engine.dialect.name != "postgresql" or not hotsql.applies(self.engine):
-            return self._autocommit(lambda conn: fn(hotconn.over(conn)), durable=durable)
-        engine = self.engine if durable else self._relaxed_engine()
-
-        def attempt() -> T:
-            with hotconn.pooled(engine) as conn:
+            with (self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                  if durable else self._relaxed_engine().connect()) as conn:
                 return fn(conn)
 
         return with_retry(attempt)
@@ -80,12 +64,15 @@ class SqlBase:
     def _relaxed_engine(self) -> Engine:
         if self._relaxed is None:
             # Kept as many as the main engine keeps: a threads worker's journal
-            # writes would otherwise open and close a connection per lap.
+            # writes would otherwise open and close a connection per lap. In
+            # autocommit for good (it serves ``_autocommit`` only): switching
+            # every checkout into autocommit and back cost each claim and
+            # journal CPU.
             pool = self.engine.pool
             kept = max(2, pool.size()) if isinstance(pool, QueuePool) else 2
             self._relaxed = make_engine(
                 self.engine.url.render_as_string(hide_password=False), pool_size=kept,
-                system=tenancy.is_system(self.engine),
+                system=tenancy.is_system(self.engine), isolation_level="AUTOCOMMIT",
                 connect_args={"options": "-c synchronous_commit=off"})
         return self._relaxed
 

@@ -1,5 +1,10 @@
-"""The lap's hot-path statements, built once with bind parameters.
+"""The lap's hot-path statements (claim, window, journal, an effect's
+intent), built once with bind parameters; the lap commit is
+``store.lapcommit``'s.
 
+Each is SQLAlchemy Core and the only SQL of its step, on Postgres and SQLite
+alike: SQLAlchemy's compiled cache renders it once per process and psycopg
+prepares it on the server from its sixth execution on (``prepare_threshold``).
 Building a SQLAlchemy expression costs more than sending it; these run on
 every lap, so they are constructed at import and only their parameters change.
 """
@@ -9,14 +14,19 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
+    Boolean,
+    ColumnElement,
     Integer,
     String,
     Text,
+    any_,
     bindparam,
     cast,
     exists,
     func,
     insert,
+    literal_column,
     or_,
     select,
     update,
@@ -25,7 +35,8 @@ from sqlalchemy import (
 from agent_worker.store.admitting import THROTTLED
 from agent_worker.store.dbtime import db_now
 from agent_worker.store.models import UTCDateTime
-from agent_worker.store.rows import checkpoints, messages, runs
+from agent_worker.store.rows import checkpoints, effects, messages, runs
+from agent_worker.store.runstatus import STARTED
 from agent_worker.store.state import pending_clause, state_edits
 from agent_worker.vocabulary import RUNNABLE
 
@@ -37,67 +48,74 @@ _db_now = db_now(_now)
 #: whatever stale or duplicate message reaches a worker.
 NOT_THROTTLED = or_(runs.c.admitted_lap.is_(None), runs.c.admitted_lap != THROTTLED)
 
-#: Take the lease if the run is at this lap, runnable, due, and not leased by a
-#: live worker (or by this very attempt: a retry after a lost reply re-claims);
-#: return the run and the checkpoint the lap resumes from. Expiry and due time
-#: are the database's (``store.dbtime``), never the claiming worker's clock.
-_TAKE_LEASE = (
-    update(runs)
-    .where(
-        runs.c.id == bindparam("run_id"),
-        runs.c.next_lap == bindparam("lap"),
-        runs.c.status.in_(RUNNABLE),
-        or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < _db_now,
-            runs.c.lease_owner == _owner),
-        or_(runs.c.wake_at.is_(None), runs.c.wake_at <= _db_now),
-        NOT_THROTTLED,
+#: A run's ``agent@version`` pin: old code never claims a migrated run.
+_PIN = runs.c.agent_name + "@" + runs.c.agent_version
+
+
+def _written(values: tuple[str, ...]) -> list[Any]:
+    """Constants for an ``IN`` list written into the statement's text: a list
+    of values would be an expanding parameter, rendered anew on every
+    execution."""
+    return [literal_column(f"'{value}'") for value in values]
+
+
+def _claim(served: ColumnElement[bool]) -> Any:
+    """The claim, given how the pin is matched against the ``served`` pins;
+    any pin when ``any_version`` is true (a caller that passes no ``served``:
+    the in-process runner's tests, the store suite)."""
+    return (
+        update(runs)
+        .where(
+            runs.c.id == bindparam("run_id"),
+            runs.c.next_lap == bindparam("lap"),
+            runs.c.status.in_(_written(RUNNABLE)),
+            or_(runs.c.lease_owner.is_(None), runs.c.lease_expires_at < _db_now,
+                runs.c.lease_owner == _owner),
+            or_(runs.c.wake_at.is_(None), runs.c.wake_at <= _db_now),
+            NOT_THROTTLED,
+            or_(bindparam("any_version", type_=Boolean()), served),
+        )
+        .values(status=STARTED, lease_owner=_owner,
+                lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),
+                                        bindparam("lease_seconds")),
+                # Only the lease, the row's last columns: a HOT update's WAL
+                # record carries every byte from the first column changed to
+                # the last (migration 0022_lap_columns_last). Not
+                # ``updated_at``: the lap's commit sets it.
+                lap_attempts=runs.c.lap_attempts + 1, wake_at=None)
+        .returning(
+            *runs.c,
+            select(func.max(messages.c.seq)).where(messages.c.run_id == bindparam("run_id"))
+            .scalar_subquery().label("last_seq"),
+            exists().where(state_edits.c.run_id == bindparam("run_id"), pending_clause())
+            .label("has_edits"),
+            select(checkpoints.c.state)
+            .where(checkpoints.c.run_id == runs.c.id, checkpoints.c.lap == runs.c.next_lap - 1)
+            .scalar_subquery().label("checkpoint_state"),
+        )
     )
-    .values(status="running", lease_owner=_owner,
-            lease_expires_at=db_now(bindparam("expires", type_=UTCDateTime()),
-                                    bindparam("lease_seconds")),
-            # Only the lease, the row's last columns: a HOT update's WAL record
-            # carries every byte from the first column changed to the last
-            # (migration 0022_lap_columns_last). Not ``updated_at``: the lap's
-            # commit sets it.
-            lap_attempts=runs.c.lap_attempts + 1, wake_at=None)
-)
 
-#: The run's last message number (``store.lapcache``: whether anything was
-#: written since this process's commit) and whether operators' edits wait for
-#: this lap (``store.state``), so the claim reads them only when there are some.
-#: By the run id parameter, not ``runs.id``: SQLite renders RETURNING's columns
-#: unqualified, and ``id`` inside the subquery would be ``state_edits.id``.
-_CLAIM_FACTS = (
-    select(func.max(messages.c.seq)).where(messages.c.run_id == bindparam("run_id"))
-    .scalar_subquery().label("last_seq"),
-    exists().where(state_edits.c.run_id == bindparam("run_id"), pending_clause())
-    .label("has_edits"),
-)
 
-#: Take the lease if the run is at this lap, runnable, due, and not leased by a
-#: live worker (or by this very attempt: a retry after a lost reply re-claims);
-#: return the run and the checkpoint the lap resumes from. Expiry and due time
-#: are the database's (``store.dbtime``), never the claiming worker's clock.
-CLAIM = _TAKE_LEASE.returning(
-    *runs.c, *_CLAIM_FACTS,
-    select(checkpoints.c.state)
-    .where(checkpoints.c.run_id == runs.c.id, checkpoints.c.lap == runs.c.next_lap - 1)
-    .scalar_subquery().label("checkpoint_state"),
-)
+#: The claim, the one statement every lap starts with. It takes the lease if
+#: the run is at this lap, runnable, due, served and not leased by a live
+#: worker (or by this very attempt: a retry after a lost reply re-claims);
+#: expiry and due time are the database's (``store.dbtime``), never the
+#: claiming worker's clock. It returns the run, the checkpoint the lap
+#: resumes from, the run's last message number (``store.lapcache``: whether
+#: anything was written since this process's commit) and whether operators'
+#: edits wait for this lap (``store.state``), so the claim reads them only
+#: when there are some. Those two go by the run id parameter, not
+#: ``runs.id``: SQLite renders RETURNING's columns unqualified, and ``id``
+#: inside the subquery would be ``state_edits.id``.
+#:
+#: On Postgres the served pins are one array parameter (``= ANY``): the
+#: statement's text is the same however many versions a worker serves, so
+#: nothing is rendered per execution (an expanding ``IN`` list is, by
+#: SQLAlchemy, on every claim) and the server keeps one prepared plan.
+CLAIM = _claim(any_(bindparam("served", type_=ARRAY(String()))) == _PIN)
 
-#: The same claim without the checkpoint, for a lap this process may start from
-#: what it committed (``store.lapcache``).
-CLAIM_KNOWN = _TAKE_LEASE.returning(*runs.c, *_CLAIM_FACTS)
-
-#: The checkpoint a lap resumes from, when a ``CLAIM_KNOWN`` found the cache stale.
-CHECKPOINT = select(checkpoints.c.state).where(
-    checkpoints.c.run_id == bindparam("run_id"), checkpoints.c.lap == bindparam("lap") - 1)
-
-#: The same claim, fenced on the ``agent@version`` pins the worker serves.
-_SERVED = (runs.c.agent_name + "@" + runs.c.agent_version).in_(
-    bindparam("served", expanding=True))
-CLAIM_SERVED = CLAIM.where(_SERVED)
-CLAIM_KNOWN_SERVED = CLAIM_KNOWN.where(_SERVED)
+#: The claim on SQLite, which has no arrays: the pins as an ``IN`` list.
+CLAIM_SQLITE = _claim(_PIN.in_(bindparam("served", expanding=True)))
 
 #: The recent messages of a run, plus its compaction summary wherever it sits;
 #: bodies as JSON text, parsed straight into messages by pydantic.
@@ -132,3 +150,33 @@ def _journal() -> Any:
 #: inserts. An attempt that inserts between this statement's check and its
 #: insert makes it fail on the primary key instead (``IntegrityError``).
 JOURNAL = _journal()
+
+
+_effect_key = bindparam("effect_key", type_=String())
+
+#: An effect's row, by its key.
+EFFECT = select(effects).where(effects.c.key == _effect_key)
+
+#: An effect's intent, returning the row as stored: one statement where an
+#: INSERT and a read back were two. The values are the execution's parameters.
+NEW_EFFECT = insert(effects).returning(*effects.c)
+
+#: One more attempt of an effect whose outcome is pending or known not applied.
+EFFECT_AGAIN = (update(effects).where(effects.c.key == _effect_key)
+                .values(attempts=effects.c.attempts + 1, updated_at=_now, status="pending"))
+
+#: An effect's outcome; it never overwrites "applied" (only compensation
+#: moves past it, ``EFFECT_COMPENSATED``).
+EFFECT_OUTCOME = (
+    update(effects)
+    .where(effects.c.key == _effect_key,
+           effects.c.status.not_in(_written(("applied", "compensated"))))
+    .values(status=bindparam("set_status", type_=String()),
+            result=bindparam("set_result", type_=effects.c.result.type),
+            error=bindparam("set_error", type_=effects.c.error.type), updated_at=_now)
+)
+
+#: An applied effect undone.
+EFFECT_COMPENSATED = (update(effects).where(effects.c.key == _effect_key,
+                                            effects.c.status == "applied")
+                      .values(status="compensated", updated_at=_now))

@@ -3,7 +3,8 @@
 The sweeper is what turns "a checkpoint" into "durable execution": it notices
 dead workers (expired leases), lost messages (hand-offs nobody claimed), due
 timers and timed-out approvals, and hands back the laps to send, only for
-versions some live worker serves. Rows are picked with
+versions some live worker serves (``store.handoffs`` decides which hand-offs
+are lost). Rows are picked with
 ``FOR UPDATE SKIP LOCKED`` so two sweepers never hand out the same run twice
 (SQLite, single-process, ignores the clause).
 """
@@ -17,7 +18,6 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     and_,
-    bindparam,
     delete,
     insert,
     or_,
@@ -30,8 +30,9 @@ from sqlalchemy import (
 from agent_worker.constants import SERVED_TTL_SECONDS
 from agent_worker.store.base import DueLap
 from agent_worker.store.dbtime import read_now
-from agent_worker.store.models import UTCDateTime
+from agent_worker.store.handoffs import resend_unclaimed
 from agent_worker.store.pauses import wake
+from agent_worker.store.queued import QueuedMessages
 from agent_worker.store.rows import (
     approvals,
     checkpoints,
@@ -42,8 +43,7 @@ from agent_worker.store.rows import (
     served_versions,
     signals,
 )
-from agent_worker.store.runstatus import in_flight, waiting_turn
-from agent_worker.store.statements import NOT_THROTTLED
+from agent_worker.store.runstatus import in_flight
 from agent_worker.vocabulary import PAUSED, TERMINAL, WaitingFor
 
 
@@ -59,10 +59,7 @@ def _flip(conn: Connection, ids: list[str], now: datetime, kind: str,
     rows = conn.execute(
         update(runs).where(runs.c.id.in_(ids))
         .values(status="queued", lease_owner=None, lease_expires_at=None, wake_at=None,
-                waiting_for=None, enqueued_at=now, updated_at=now,
-                # a dead worker's slot is free again; the re-send asks admission
-                # (store.admitting) for one like any other lap
-                admitted_lap=None, **extra)
+                waiting_for=None, enqueued_at=now, updated_at=now, **extra)
         .returning(runs.c.id, runs.c.next_lap, runs.c.agent_name, runs.c.agent_version)
     ).all()
     conn.execute(insert(events), [
@@ -114,13 +111,20 @@ CUSTOM_PLANS = text("SET LOCAL plan_cache_mode = force_custom_plan")
 
 
 def sweep(conn: Connection, *, now: datetime, handoff_seconds: float,
-          resend_max_seconds: float, limit: int) -> list[DueLap]:
+          resend_max_seconds: float, limit: int,
+          queued: QueuedMessages | None = None) -> list[DueLap]:
     if conn.dialect.name == "postgresql":
         conn.execute(CUSTOM_PLANS)
     # Every comparison below is on the database's clock (store.dbtime), read once.
     now = read_now(conn, now)
+    live = live_versions(conn, now)
+    lengths = queued.read(live) if queued is not None and live else {}
     expired = _pick(conn, in_flight(), runs.c.lease_expires_at < now, limit=limit)
-    due = _flip(conn, expired, now, "recovered", recoveries=runs.c.recoveries + 1)
+    # A dead worker's lap keeps the slot it held (store.admitting): its re-send
+    # is already admitted, so any process sends it, one that has not registered
+    # the run's agent (and cannot know its caps) as well as one that has.
+    due = _flip(conn, expired, now, "recovered", recoveries=runs.c.recoveries + 1,
+                admitted_lap=runs.c.next_lap)
     timers = _pick(
         conn,
         runs.c.status.in_(PAUSED),
@@ -129,11 +133,14 @@ def sweep(conn: Connection, *, now: datetime, handoff_seconds: float,
             ~runs.c.waiting_for.like(WaitingFor.prefix("approval") + "%")),
         limit=limit,
     )
-    due += _flip(conn, timers, now, "woken")
+    # A woken run asks admission for a slot like any other lap.
+    due += _flip(conn, timers, now, "woken", admitted_lap=None)
     due += _time_out_approvals(conn, now, limit)
-    live = live_versions(conn, now)
-    due += _resend_unclaimed(conn, now, live, handoff=timedelta(seconds=handoff_seconds),
-                             most=timedelta(seconds=resend_max_seconds), limit=limit)
+    due += resend_unclaimed(
+        conn, now, live, handoff=timedelta(seconds=handoff_seconds),
+        most=timedelta(seconds=resend_max_seconds), lengths=lengths,
+        gone=timedelta(seconds=queued.gone_seconds if queued is not None else 0.0),
+        limit=limit)
     # Never feed a queue nobody consumes (it would only grow); the hand-off
     # rule re-sends these laps once a worker of their version is alive.
     return [d for d in due if (d.agent_name, d.agent_version) in live]
@@ -158,46 +165,6 @@ def live_versions(conn: Connection, now: datetime) -> set[tuple[str, str]]:
         select(served_versions.c.agent_name, served_versions.c.agent_version).distinct()
         .where(served_versions.c.seen_at > now - timedelta(seconds=SERVED_TTL_SECONDS)))
     return {(r.agent_name, r.agent_version) for r in rows}
-
-
-def _resend_unclaimed(conn: Connection, now: datetime, live: set[tuple[str, str]], *,
-                      handoff: timedelta, most: timedelta, limit: int) -> list[DueLap]:
-    """Re-send queued laps whose hand-off expired unclaimed.
-
-    The message of a queued run holds the run like a lease with no owner: it
-    expires ``handoff`` (the lease TTL) after ``enqueued_at``, so a lap lost
-    with its message (a worker killed between commit and send, or during a
-    claim, or Redis killed at the send) is re-sent as soon as a lost worker's
-    lease would have been. Each re-send extends the expiry, kept in
-    ``lease_expires_at`` (unused while nobody holds the run), by the hand-off's
-    age so far: a run whose laps wait in a long backlog is re-sent at doubling
-    intervals (at most ``most`` apart), not once per sweep (which grew its
-    Redis list without bound)."""
-    if not live:
-        return []
-    expired = or_(runs.c.lease_expires_at < now, and_(
-        runs.c.lease_expires_at.is_(None),
-        or_(runs.c.enqueued_at.is_(None), runs.c.enqueued_at < now - handoff)))
-    served = or_(*(and_(runs.c.agent_name == n, runs.c.agent_version == v) for n, v in live))
-    rows = conn.execute(
-        select(runs.c.id, runs.c.enqueued_at, runs.c.next_lap, runs.c.agent_name,
-               runs.c.agent_version)
-        .where(waiting_turn(), expired, served,
-               or_(runs.c.wake_at.is_(None), runs.c.wake_at <= now),
-               # a run waiting for a slot has no message to lose (store.admitting)
-               NOT_THROTTLED)
-        .limit(limit).with_for_update(skip_locked=True, of=runs)
-    ).all()
-    if not rows:
-        return []
-    conn.execute(
-        update(runs).where(runs.c.id == bindparam("rid"))
-        .values(lease_expires_at=bindparam("expiry", type_=UTCDateTime()),
-                enqueued_at=bindparam("since", type_=UTCDateTime())),
-        [{"rid": r.id, "since": r.enqueued_at or now,
-          "expiry": now + min(max(now - (r.enqueued_at or now), handoff), most)}
-         for r in rows])
-    return [DueLap(r.id, r.next_lap, r.agent_name, r.agent_version) for r in rows]
 
 
 def prune_batch(conn: Connection, *, checkpoints_before: datetime, ledger_before: datetime,

@@ -236,6 +236,13 @@ class LapCommit:
     #: moves the run's pin, so its laps go to that version's queue from now on.
     agent_version: str | None = None
     applied_edits: Sequence[int] = ()
+    #: ``False``: the lap only read (no ledger row, approval, signal, edit or
+    #: child; the run goes on to its next lap), so the commit need not wait
+    #: for the WAL flush. A crash can then lose it and the lap runs again,
+    #: model call included; nothing outside saw it but the next lap's message,
+    #: which finds the run a lap behind and stops. The store commits durably
+    #: whatever else the commit carries.
+    durable: bool = True
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
+from kombu import Queue
+from kombu.exceptions import ChannelError
 
 from agent_worker.constants import LAP_TASK_NAME
 from agent_worker.store.base import DueLap
@@ -12,6 +14,9 @@ from agent_worker.tasks.celeryapp import get_app
 from agent_worker.tasks.routing import lap_queue
 
 log = logging.getLogger(__name__)
+
+#: Seconds a sweep waits for the broker to say how long its lap queues are.
+READ_TIMEOUT = 2
 
 
 class CeleryDispatcher:
@@ -39,3 +44,29 @@ class CeleryDispatcher:
         except Exception as e:  # Redis down: the run is committed; the sweeper re-sends
             log.warning("could not send lap %s of %s (%s); the sweeper will", lap.lap,
                         lap.run_id, e)
+
+    def queued(self, versions: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """Messages waiting in each version's lap queue (``runtime.QueueReader``),
+        by a passive ``queue_declare``: the broker's own count, what Celery's
+        FAQ uses to measure a queue, for any transport. A broker that does not
+        answer at once is left unread (the sweeper then re-sends by age)
+        rather than retried: the sweep must go on without it."""
+        app = self.app or get_app()
+        found: dict[tuple[str, str], int] = {}
+        try:
+            with app.connection_for_write(connect_timeout=READ_TIMEOUT) as conn:
+                conn.ensure_connection(max_retries=0, timeout=READ_TIMEOUT)
+                channel = conn.default_channel
+                for version in versions:
+                    def count(_name: str, messages: int, _consumers: int,
+                              version: tuple[str, str] = version) -> None:
+                        found[version] = messages
+
+                    try:
+                        Queue(lap_queue(*version), channel=channel,
+                              on_declared=count).queue_declare(passive=True)
+                    except ChannelError:  # never declared, or Redis dropped the empty list
+                        found[version] = 0
+        except Exception as e:
+            log.warning("could not read the lap queues (%s); the sweeper re-sends by age", e)
+        return found

@@ -91,8 +91,8 @@ def end_unfinished_runs(url: str) -> None:
 @contextmanager
 def sent_to_postgres() -> Iterator[list[str]]:
     """Every statement this process sends through psycopg meanwhile, whichever
-    layer sends it: SQLAlchemy, or psycopg itself for the lap's hot statements
-    (``store.hotsql``), which SQLAlchemy's ``before_cursor_execute`` never sees."""
+    engine sends it (a store's own, or the relaxed one of its lap path,
+    ``SqlBase``), without a listener on each."""
     sent: list[str] = []
     execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
 

@@ -266,12 +266,21 @@ def supervised(proc: Proc, interval: float = 0.2) -> Iterator[Proc]:
 
 
 def lease_holder(owner: str | None, procs: Iterable[Proc]) -> Proc | None:
-    """The live worker among ``procs`` one of whose pool children holds a lease
-    owned by ``owner`` (owners look like ``host:pid:nonce``), if any."""
+    """The live worker among ``procs`` one of whose lap processes (its pool
+    children, or itself under threads) holds a lease owned by ``owner``
+    (owners look like ``host:pid:nonce``), if any."""
     if not owner:
         return None
     pid = int(owner.split(":")[1])
-    return next((p for p in procs if p.alive() and pid in p.children()), None)
+    return next((p for p in procs if p.alive() and pid in p.lap_pids()), None)
+
+
+def lap_holder(aw: AgentWorker, run_id: str, procs: Iterable[Proc]) -> tuple[Proc, int] | None:
+    """The worker among ``procs`` running a lap of ``run_id`` now, and that
+    lap (``RunRecord.lap``), if one of them is."""
+    run = aw.get_run(run_id)
+    holder = lease_holder(run.lease_owner, procs) if run.status == "running" else None
+    return (holder, run.lap) if holder is not None else None
 
 
 class Fleet:

@@ -39,7 +39,9 @@ class FleetSettings(BaseSettings):
         "time after a worker dies (with the sweep interval).",
     )
     heartbeat_interval_seconds: float = Field(
-        3.0, gt=0, description="How often a running lap renews its lease (< lease TTL / 2)."
+        3.0, gt=0, description="How often a running lap renews its lease (< lease TTL / 2); "
+        "also how long a lap message missing from its queue stays unclaimed before the "
+        "sweeper re-sends it."
     )
     sweep_interval_seconds: float = Field(
         2.0, gt=0, description="How often celery beat runs the sweeper."
@@ -47,11 +49,12 @@ class FleetSettings(BaseSettings):
     queued_overdue_seconds: float = Field(
         60.0,
         gt=0,
-        description="Longest wait between re-sends of a queued lap nobody claims. The first "
-        "re-send comes one lease TTL after the send (the hand-off is covered like a lease: "
-        "Redis or a dying worker may have lost the message), later ones back off, doubling, "
-        "up to this; never to a version no live worker serves. Duplicates are harmless: the "
-        "claim is fenced.",
+        description="Longest wait between re-sends of a queued lap nobody claims while the "
+        "broker's queues cannot be read. The sweeper re-sends a lap only when its queue holds "
+        "fewer messages than runs wait on one (a backlog is never sent twice); without that "
+        "reading the first re-send comes one lease TTL after the send, later ones back off, "
+        "doubling, up to this. Never to a version no live worker serves; a duplicate is "
+        "harmless: the claim is fenced.",
     )
     max_lap_attempts: int = Field(
         5, ge=1, description="Attempts of one lap before the run fails (dead-letter)."

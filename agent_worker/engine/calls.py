@@ -62,10 +62,17 @@ class CallRunner:
         #: What children collected in this lap spent; the lap charges it to the
         #: parent's ledger in its commit (``engine.children.charge``).
         self.children_spent: list[tuple[int, int, int]] = []
+        #: Whether a call of this lap reached the ledger (an effect, made,
+        #: replayed or reconciled) or started children: the lap then commits
+        #: durably (``LapCommit.durable``), so its history is on disk before
+        #: its next lap is sent.
+        self.acted = False
 
     def run(self, pc: PendingCall) -> Done | Pause:
         tool = self.agent.tool(pc.call.name)
         recorded = self.claim.effects.get(effect_key(self.run_id, pc.lap, pc.index))
+        if recorded is not None or (tool is not None and tool.journaled):
+            self.acted = True
         if tool is None and recorded is not None:
             # The ledger first: a deploy removed the tool while this call was
             # recorded; what happened must be reconciled, not "unknown tool".
@@ -279,6 +286,7 @@ class CallRunner:
                         journaled: bool) -> Done | Pause:
         """Start the children once (a limit or bad input is the model's tool
         error), record the marker, then wait for them."""
+        self.acted = True
         try:
             marker = children.begin(self.rt, self.claim, key, request)
         except InvalidInputError as e:

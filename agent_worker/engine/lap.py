@@ -237,7 +237,13 @@ class _Lap:
                    **({"paused": pause.status} if pause else {})},
             new_approvals=[pause.approval] if pause and pause.approval else (),
             delivered_signals=signals, now=self.rt.clock.now(), agent_version=agent.version,
-            applied_edits=edits))
+            applied_edits=edits,
+            # A lap that only read may be lost to a database crash and run
+            # again (LapCommit.durable); one that acted on the world, paused,
+            # took a signal or an edit, or migrated its checkpoint is on disk
+            # before its next lap is sent.
+            durable=(runner.acted or pause is not None or bool(signals) or bool(edits)
+                     or claim.run.agent_version != agent.version)))
         if not committed:
             return self._fence_failed()
         fault("after_commit")

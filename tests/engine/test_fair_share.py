@@ -143,8 +143,8 @@ def test_a_dead_workers_slot_comes_back_at_the_sweep(fleet: InProcessWorker) -> 
     assert _holders(fleet, agent) == 1
     assert fleet.get_run(second).admitted_lap == THROTTLED
     time.sleep(0.5)
-    # Recovery frees the dead lap's slot and admission hands it out again:
-    # one lap sent (the recovered run, the older of the two), never two.
+    # Recovery leaves the dead lap's slot with its run (its re-send needs
+    # no admission): one lap sent (the recovered run), never two.
     assert len(swept(fleet, [first, second])) == 1
     assert _holders(fleet, agent) == 1
     fleet.run_until_idle()

@@ -110,6 +110,23 @@ def test_stale_owner_cannot_commit_after_lease_is_taken(
     assert len(store.list_messages(rid)) == 2
 
 
+def test_the_claim_is_fenced_on_the_versions_served(store: SqlStore) -> None:
+    """Old code never claims a run pinned to a version it does not serve
+    (nothing served at all included); a caller that names none claims any."""
+    rid = _uid("r")
+    store.create_run(_new(rid))
+    for served in ([], ["a@2"], ["b@1", "a@2"]):
+        assert store.claim(rid, 1, owner="old", now=NOW, lease_seconds=10,
+                           window_messages=10, served=served) is None
+    run = store.get_run(rid)
+    assert run is not None and run.lease_owner is None and run.lap_attempts == 0
+    claim = store.claim(rid, 1, owner="new", now=NOW, lease_seconds=10, window_messages=10,
+                        served=["a@2", "a@1"])
+    assert claim is not None and claim.checkpoint == {"schema_version": 2, "message_count": 1}
+    assert store.claim(rid, 1, owner="new", now=NOW, lease_seconds=10,
+                       window_messages=10) is not None  # the same attempt, again
+
+
 def test_wrong_lap_is_not_claimed(store: SqlStore) -> None:
     rid = _uid("r")
     store.create_run(_new(rid))
@@ -120,7 +137,7 @@ def test_a_plain_lap_commit_is_one_statement_on_postgres(database_url: str) -> N
     """The lap commit keeps one round trip (in autocommit: one fsync) on Postgres:
     the fenced UPDATE and the inserts, generated from ``store.lapcommit``'s one
     description of the run row, go as one statement of CTEs. Counted at the
-    driver: psycopg itself sends it (``store.hotsql``)."""
+    driver: whatever any layer sends."""
     store = SqlStore(database_url)
     rid = _uid("r")
     store.create_run(_new(rid))

@@ -20,11 +20,11 @@ from importlib import import_module
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, func, select, text
+from sqlalchemy import Connection, create_engine, event, func, select, text
 
 from agent_worker.errors import LeaseLost
 from agent_worker.messages import Message
-from agent_worker.store import hotsql, lapcommit
+from agent_worker.store import lapcommit
 from agent_worker.store.base import Claim, LapCommit, RunUpdate
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.rows import message_body, messages
@@ -155,6 +155,11 @@ def test_a_journal_racing_another_attempts_output_returns_that_output(pg_store: 
     assert [b["content"] for b in bodies] == ["task", "theirs", "result"]
 
 
+def _explained(conn: Connection, cursor: Any, statement: str, parameters: Any,
+               context: Any, executemany: bool) -> tuple[str, Any]:
+    return f"EXPLAIN {statement}", parameters
+
+
 def test_the_lap_commit_looks_up_each_message_by_its_key(pg_store: SqlStore) -> None:
     """The lap commit's check for an already stored message stays a probe of
     ``pk_messages`` per message. As a plain NOT EXISTS, Postgres turns it
@@ -169,14 +174,10 @@ def test_the_lap_commit_looks_up_each_message_by_its_key(pg_store: SqlStore) -> 
         checkpoint={**claim.checkpoint, "message_count": 2}, schema_version=2,
         update=RunUpdate(status="queued", enqueue=True), usage=(1, 1, 1, 1), event={},
         now=NOW))
-    plan = hotsql._plan(pg_store.engine.dialect, lapcommit.ONE_STATEMENT, values)
-    raw = pg_store.engine.raw_connection()
-    try:
-        cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(b"EXPLAIN " + plan.sql, plan.values(values))
-        shown = "\n".join(str(row[0]) for row in cursor.fetchall())
-    finally:
-        raw.close()
+    with pg_store.engine.connect() as c:
+        # The statement as the store sends it, bound as it binds it, explained.
+        event.listen(c, "before_cursor_execute", _explained, retval=True)
+        shown = "\n".join(str(row[0]) for row in c.execute(lapcommit.ONE_STATEMENT, values))
     messages_part = shown[shown.index("Insert on messages"):shown.index("CTE new_checkpoint")]
     assert "Anti Join" not in messages_part and "Seq Scan on messages" not in messages_part
     assert "SubPlan" in messages_part and "using pk_messages on messages " in messages_part

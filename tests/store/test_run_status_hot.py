@@ -123,7 +123,7 @@ def test_both_updates_of_a_lap_are_hot_on_postgres(database_url: str) -> None:
             upd0, hot0 = hot()
             got = c.execute(statements.CLAIM, {
                 "run_id": rid, "lap": 2, "owner": "w3", "now": NOW, "expires": NOW,
-                "lease_seconds": 60}).first()
+                "lease_seconds": 60, "any_version": True, "served": []}).first()
             assert got is not None and got.status == "running"
             assert hot() == (upd0 + 1, hot0 + 1), "the claim's update was not HOT"
             commit = _commit_of(claim)
