@@ -31,8 +31,11 @@ rm -rf "$site"
 # --dist loadgroup: tests marked xdist_group (the browser tests, which share one
 # console, worker and browser per module) stay on one xdist worker; the rest
 # are spread as before.
-python -m pytest -q -p no:benchmark -n 2 --dist loadgroup -m "not chaos and not slow" || status=$?
-python -m pytest -q -m "chaos or slow" || status=$?
+# --durations: each phase's slowest tests in the log, so a test's quiet time
+# (and its timeout's margin of at least 3x) can be read from any CI run.
+python -m pytest -q -p no:benchmark -n 2 --dist loadgroup --durations=25 \
+    -m "not chaos and not slow" || status=$?
+python -m pytest -q --durations=25 -m "chaos or slow" || status=$?
 # The chaos suite once more under the threads pool, the one deploy/ runs: its
 # invariants (no duplicate, no lost effect, every lap committed once) must hold
 # under the pool users deploy, not only under the prefork default.

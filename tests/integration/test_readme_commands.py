@@ -229,6 +229,15 @@ def prints_a_key(command: str, env: Env) -> None:
     assert done.returncode == 0 and len(done.stdout.strip()) >= 32, done
 
 
+def roles_file(command: str, env: Env) -> None:
+    """The database roles' file, run by hand: it exists, and the command gives
+    it exactly the passwords it reads (tests/integration/test_database_roles.py
+    runs it against a Postgres of its own)."""
+    path = ROOT / command.split(" -f ", 1)[1].split()[0]
+    wanted = set(re.findall(r"^\\getenv \w+ (\w+)$", path.read_text(), re.M))
+    assert wanted and set(re.findall(r"(AGENT_WORKER_\w+)=", command)) == wanted, command
+
+
 def in_the_embedding_test(command: str, env: Env) -> None:
     """An application's own app (README, "Add agent-worker to your
     application"): the embedding test starts it from such a folder."""
@@ -257,11 +266,14 @@ RULES: list[tuple[str, Check]] = [
     (r"agent-worker schedules [a-z]+( NAME( AGENT)?)?( .*)?", usage),
     (r"agent-worker console( hash-password( --stdin)?)?", usage),
     (r"AGENT_WORKER_[A-Z_]+=\S+", a_setting),
+    (r"(AGENT_WORKER_[A-Z]+_PASSWORD=\.\.\. )+psql .* -f deploy/k8s/postgres-roles\.sql",
+     roles_file),
     (r"python -c 'import secrets; print\(secrets\.token_urlsafe\(32\)\)'", prints_a_key),
     (r"agent-worker runs follow RUN .*", usage),
     (r"agent-worker (queues|share( [a-z]+( .*)?)?|runs show RUN( --laps)?|runs list --parent RUN"
      r"|submit [a-z-]+ .*)", usage),
     (r"agent-worker (cancel RUN .*|approvals list|audit( .*)?)", usage),
+    (r"agent-worker budget raise RUN .*", usage),
     (r"mkdocs (serve|build)( .*)?", usage),
     (r"(useradd|python3\.11 -m venv|/opt/agent-worker/venv/bin/pip|install|\$EDITOR|cp"
      r"|systemctl|docker compose|kubectl) .*|kubectl kustomize", host),
