@@ -10,6 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from agent_worker import moved
+
+moved.install()
+
 if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.agent import Agent as Agent
     from agent_worker.agent import register as register
@@ -39,30 +43,30 @@ if TYPE_CHECKING:  # explicit re-exports (``X as X``) for type checkers
     from agent_worker.api import trigger_schedule as trigger_schedule
     from agent_worker.api import update_state as update_state
     from agent_worker.api import wait as wait
-    from agent_worker.authorization import AccessRequest as AccessRequest
-    from agent_worker.authorization import RoleAuthorizer as RoleAuthorizer
-    from agent_worker.budget import Budget as Budget
-    from agent_worker.checkpoint import Checkpoint as Checkpoint
     from agent_worker.children import Child as Child
     from agent_worker.children import StartChildren as StartChildren
     from agent_worker.control import sleep_tool as sleep_tool
     from agent_worker.control import wait_for_signal_tool as wait_for_signal_tool
-    from agent_worker.errors import AgentWorkerError as AgentWorkerError
-    from agent_worker.errors import PermissionDeniedError as PermissionDeniedError
-    from agent_worker.errors import RetryableToolError as RetryableToolError
-    from agent_worker.errors import TaskFailedError as TaskFailedError
-    from agent_worker.errors import ToolError as ToolError
-    from agent_worker.errors import ToolTimeoutError as ToolTimeoutError
+    from agent_worker.core.authorization import AccessRequest as AccessRequest
+    from agent_worker.core.authorization import RoleAuthorizer as RoleAuthorizer
+    from agent_worker.core.budget import Budget as Budget
+    from agent_worker.core.checkpoint import Checkpoint as Checkpoint
+    from agent_worker.core.errors import AgentWorkerError as AgentWorkerError
+    from agent_worker.core.errors import PermissionDeniedError as PermissionDeniedError
+    from agent_worker.core.errors import RetryableToolError as RetryableToolError
+    from agent_worker.core.errors import TaskFailedError as TaskFailedError
+    from agent_worker.core.errors import ToolError as ToolError
+    from agent_worker.core.errors import ToolTimeoutError as ToolTimeoutError
+    from agent_worker.core.messages import Message as Message
+    from agent_worker.core.messages import ModelRequest as ModelRequest
+    from agent_worker.core.messages import ModelResponse as ModelResponse
+    from agent_worker.core.messages import ToolCall as ToolCall
+    from agent_worker.core.messages import Usage as Usage
+    from agent_worker.core.principal import Principal as Principal
     from agent_worker.inprocess import InProcessWorker as InProcessWorker
-    from agent_worker.messages import Message as Message
-    from agent_worker.messages import ModelRequest as ModelRequest
-    from agent_worker.messages import ModelResponse as ModelResponse
-    from agent_worker.messages import ToolCall as ToolCall
-    from agent_worker.messages import Usage as Usage
     from agent_worker.model import ModelClient as ModelClient
     from agent_worker.model import ScriptedModel as ScriptedModel
     from agent_worker.model import turn as turn
-    from agent_worker.principal import Principal as Principal
     from agent_worker.shareapi import QueueView as QueueView
     from agent_worker.shareapi import UnknownShareLimitError as UnknownShareLimitError
     from agent_worker.state_toolkit import state_tools as state_tools
@@ -84,17 +88,17 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
                          # durable schedules
                          "delete_schedule", "list_schedules", "pause_schedule",
                          "resume_schedule", "schedule", "trigger_schedule"),
-    "agent_worker.authorization": ("AccessRequest", "RoleAuthorizer"),
-    "agent_worker.budget": ("Budget",),
-    "agent_worker.checkpoint": ("Checkpoint",),
+    "agent_worker.core.authorization": ("AccessRequest", "RoleAuthorizer"),
+    "agent_worker.core.budget": ("Budget",),
+    "agent_worker.core.checkpoint": ("Checkpoint",),
     "agent_worker.children": ("Child", "StartChildren"),
     "agent_worker.control": ("sleep_tool", "wait_for_signal_tool"),
-    "agent_worker.errors": ("AgentWorkerError", "PermissionDeniedError", "RetryableToolError",
+    "agent_worker.core.errors": ("AgentWorkerError", "PermissionDeniedError", "RetryableToolError",
                             "TaskFailedError", "ToolError", "ToolTimeoutError"),
     "agent_worker.inprocess": ("InProcessWorker",),
-    "agent_worker.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
+    "agent_worker.core.messages": ("Message", "ModelRequest", "ModelResponse", "ToolCall", "Usage"),
     "agent_worker.model": ("ModelClient", "ScriptedModel", "turn"),
-    "agent_worker.principal": ("Principal",),
+    "agent_worker.core.principal": ("Principal",),
     "agent_worker.state_toolkit": ("state_tools",),
     "agent_worker.streaming": ("StreamEvent",),
     "agent_worker.shareapi": ("QueueView", "UnknownShareLimitError"),

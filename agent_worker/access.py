@@ -17,19 +17,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, Self, TypeVar, cast
 
-from agent_worker.authorization import AccessRequest, Action, Authorizer, RoleAuthorizer
-from agent_worker.errors import (
+from agent_worker.core.authorization import AccessRequest, Action, Authorizer, RoleAuthorizer
+from agent_worker.core.errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
     RunIdUnavailableError,
     UnknownRunError,
 )
-from agent_worker.principal import Principal, default_principal
+from agent_worker.core.principal import Principal, default_principal
+from agent_worker.core.untrusted import check_name, clean_text
 from agent_worker.runtime import Runtime
 from agent_worker.store import audit, tenancy
 from agent_worker.store.base import AuditEntry, RunRecord
-from agent_worker.untrusted import check_name, clean_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -20,15 +20,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agent_worker.budget import Budget
-from agent_worker.checkpoint import Checkpoint
-from agent_worker.errors import AgentDefinitionError, UnknownAgentError
+from agent_worker.core.budget import Budget
+from agent_worker.core.checkpoint import Checkpoint
+from agent_worker.core.errors import AgentDefinitionError, UnknownAgentError
+from agent_worker.core.redaction import Redactor, redact_secrets
+from agent_worker.core.untrusted import check_name
 from agent_worker.model.pricing import DEFAULT_PRICES, PriceTable
 from agent_worker.model.protocol import ModelClient
-from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.summary import Summarizer, extractive_summary
 from agent_worker.tools import Tool
-from agent_worker.untrusted import check_name
 
 ModelFactory = Callable[[], ModelClient]
 Retention = Literal["full", "shallow"]
@@ -43,7 +43,7 @@ class Agent:
     ``compact_after`` set, once that many messages have fallen out of the
     ``window_messages`` window they are folded into a recorded summary.
     ``redact`` rewrites every string of a tool's result and its error text
-    before they are stored or logged (``agent_worker.redaction``); ``None``
+    before they are stored or logged (``agent_worker.core.redaction``); ``None``
     keeps them as the tool produced them.
     """
 

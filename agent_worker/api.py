@@ -5,11 +5,11 @@ Every write commits to the store first and only then hands a lap to the
 dispatcher; a send that never arrives is re-sent by the sweeper. Invalid input
 raises ``InvalidInputError`` (or a subclass) before anything is written.
 
-Every call acts as the handle's principal (``agent_worker.principal``): it
+Every call acts as the handle's principal (``agent_worker.core.principal``): it
 sees only its tenant's runs (another tenant's run is "unknown", and the store's
 transactions are narrowed to the tenant for Postgres row-level security,
 ``store.tenancy``), its authorizer decides what it may do
-(``agent_worker.authorization``; a refusal raises ``PermissionDeniedError``
+(``agent_worker.core.authorization``; a refusal raises ``PermissionDeniedError``
 and is audited), and every action is appended to the audit log in the same
 transaction as the action itself (``store.audit``).
 """
@@ -21,17 +21,17 @@ from decimal import Decimal
 from typing import Any
 
 from agent_worker.agent import Agent, registry
-from agent_worker.authorization import Authorizer
-from agent_worker.budget import Budget
-from agent_worker.clock import DatabaseClock
+from agent_worker.core.authorization import Authorizer
+from agent_worker.core.budget import Budget
+from agent_worker.core.clock import DatabaseClock
+from agent_worker.core.principal import Principal
+from agent_worker.core.settings import get_settings
 from agent_worker.decision_verbs import DecisionVerbs
 from agent_worker.engine.sweep import sweep
 from agent_worker.history_verbs import HistoryVerbs
-from agent_worker.principal import Principal
 from agent_worker.run_verbs import RunVerbs
 from agent_worker.runtime import Runtime
 from agent_worker.schedule_verbs import ScheduleVerbs
-from agent_worker.settings import get_settings
 from agent_worker.shareapi import FairShareVerbs
 from agent_worker.steering import RunStateView
 from agent_worker.store.base import ApprovalRecord, RunRecord, SignalRecord
@@ -114,7 +114,7 @@ def connect(principal: Principal | None = None, *,
             authorizer: Authorizer | None = None) -> AgentWorker:
     """A handle on the configured store and broker acting as ``principal``
     (default: the configured one, ``AGENT_WORKER_PRINCIPAL_*``); ``authorizer``
-    replaces the built-in roles (``agent_worker.authorization``)."""
+    replaces the built-in roles (``agent_worker.core.authorization``)."""
     base = client()
     return base.acting_as(principal or base.principal, authorizer=authorizer)
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import Field
 
-from agent_worker.budget import Budget
-from agent_worker.messages import Frozen
-from agent_worker.vocabulary import ChildWait
+from agent_worker.core.budget import Budget
+from agent_worker.core.messages import Frozen
+from agent_worker.core.vocabulary import ChildWait
 
 
 class Child(Frozen):

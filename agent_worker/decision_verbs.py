@@ -13,21 +13,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_worker.access import ref, scoped
-from agent_worker.authorization import Action
-from agent_worker.budget import Budget
-from agent_worker.deprecation import ignored_by
-from agent_worker.engine.newrun import json_size as _json_size
-from agent_worker.errors import (
+from agent_worker.core.authorization import Action
+from agent_worker.core.budget import Budget
+from agent_worker.core.deprecation import ignored_by
+from agent_worker.core.errors import (
     InvalidInputError,
     NotFoundError,
     PayloadTooLargeError,
     UnknownRunError,
 )
+from agent_worker.core.untrusted import check_name, check_text, payload_bytes
+from agent_worker.core.vocabulary import RETRYABLE
+from agent_worker.engine.newrun import json_size as _json_size
 from agent_worker.steering import argument_edit
 from agent_worker.store.base import ApprovalRecord, EffectRecord, RunRecord, SignalRecord
-from agent_worker.untrusted import check_name, check_text, payload_bytes
 from agent_worker.verbbase import Verbs, storable
-from agent_worker.vocabulary import RETRYABLE
 
 
 class DecisionVerbs(Verbs):

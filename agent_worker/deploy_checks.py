@@ -18,8 +18,8 @@ import sys
 from collections.abc import Mapping
 from urllib.parse import unquote, urlsplit
 
-from agent_worker.errors import PlaceholderSecretError
-from agent_worker.settings import Settings, get_settings
+from agent_worker.core.errors import PlaceholderSecretError
+from agent_worker.core.settings import Settings, get_settings
 
 PLACEHOLDERS = frozenset({
     "", "change_me", "changeme", "change-me", "password", "passwd", "secret", "demo",

@@ -23,15 +23,14 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
-from agent_worker.errors import ConfigurationError
-from agent_worker.messages import Usage
+from agent_worker.core.config.fairshare import provider_caps
+from agent_worker.core.messages import Usage
+from agent_worker.core.settings import Settings
 from agent_worker.model.failures import RateLimitedError
-from agent_worker.settings import Settings
 from agent_worker.store.admitting import AgentShare, Policy
 from agent_worker.store.base import DueLap, RunRecord
 from agent_worker.store.ratelimit import Rate
 from agent_worker.store.sharing import ANY, ShareLimit, ShareStore
-from agent_worker.untrusted import check_name
 
 if TYPE_CHECKING:
     from agent_worker.agent import Agent
@@ -68,27 +67,6 @@ class _Built:
         return (settings is self.settings and read_at == self.read_at
                 and len(agents) == len(self.agents)
                 and all(a is b for a, b in zip(agents, self.agents, strict=True)))
-
-
-def provider_caps(text: str, name: str = "AGENT_WORKER_PROVIDER_CONCURRENCY"
-                  ) -> dict[str, int]:
-    """The setting ``name`` parsed: ``key=N,key=N``.
-
-    Raises:
-        ConfigurationError: an entry is not ``identifier=positive integer``.
-    """
-    caps: dict[str, int] = {}
-    for item in filter(None, (i.strip() for i in text.split(","))):
-        key, sep, value = item.partition("=")
-        try:
-            check_name(key.strip(), "provider key")
-            cap = int(value)
-        except Exception as e:
-            raise ConfigurationError(f"{name} entry {item!r} is not key=N: {e}") from e
-        if not sep or cap < 1:
-            raise ConfigurationError(f"{name} entry {item!r}: N must be at least 1")
-        caps[key.strip()] = cap
-    return caps
 
 
 def build_policy(settings: Settings, agents: dict[str, AgentShare],

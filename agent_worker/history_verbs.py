@@ -10,10 +10,10 @@ from datetime import datetime
 from typing import Any
 
 from agent_worker.access import check_id, scoped
-from agent_worker.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
-from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.checkpoint import Checkpoint, dump_checkpoint, load_checkpoint
+from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.errors import NotFoundError, PayloadTooLargeError, ReplayRefusedError
 from agent_worker.engine.newrun import json_size as _json_size
-from agent_worker.errors import NotFoundError, PayloadTooLargeError, ReplayRefusedError
 from agent_worker.store.base import (
     AuditRecord,
     EffectRecord,

@@ -11,10 +11,10 @@ from collections import deque
 from typing import Any
 
 from agent_worker.api import AgentWorker
-from agent_worker.clock import Clock, SystemClock
+from agent_worker.core.clock import Clock, SystemClock
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.engine.lap import run_lap
 from agent_worker.runtime import Runtime
-from agent_worker.settings import Settings, get_settings
 from agent_worker.store.base import DueLap
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore

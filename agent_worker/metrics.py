@@ -36,12 +36,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
+from agent_worker.core.vocabulary import RUN_STATUSES
 from agent_worker.sharemetrics import ShareCollector
 from agent_worker.store import stats
 from agent_worker.store.sharing import QueueLine
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import RUN_STATUSES
 
 log = logging.getLogger(__name__)
 

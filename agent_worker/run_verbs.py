@@ -16,20 +16,20 @@ from typing import Any
 
 from agent_worker.access import check_id, ref, scoped
 from agent_worker.agent import Agent
-from agent_worker.budget import Budget, BudgetLedger
-from agent_worker.checkpoint import load_checkpoint
+from agent_worker.core.budget import Budget, BudgetLedger
+from agent_worker.core.checkpoint import load_checkpoint
+from agent_worker.core.errors import InvalidInputError, InvalidStateError
+from agent_worker.core.untrusted import clean_text
+from agent_worker.core.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 from agent_worker.engine import children
 from agent_worker.engine.newrun import admit_input, admitted_run, new_run, retried_start
-from agent_worker.errors import InvalidInputError, InvalidStateError
 from agent_worker.shareapi import check_priority
 from agent_worker.steering import RunStateView, check_labels, state_edit, state_view
 from agent_worker.store.base import RunRecord
 from agent_worker.store.edits import StateEdit
 from agent_worker.store.listing import MAX_SEARCH_CHARS, RunFilter, RunPage
 from agent_worker.tracing import check_traceparent, current_traceparent
-from agent_worker.untrusted import clean_text
 from agent_worker.verbbase import Verbs, storable
-from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 
 
 class RunVerbs(Verbs):

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agent_worker.agent import Registry, registry
-from agent_worker.clock import Clock, SystemClock
+from agent_worker.core.clock import Clock, SystemClock
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.fairshare import gate
-from agent_worker.settings import Settings, get_settings
 from agent_worker.store.base import DueLap, Store
 
 if TYPE_CHECKING:

@@ -12,17 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from agent_worker.access import scoped
-from agent_worker.authorization import Action
+from agent_worker.core.authorization import Action
+from agent_worker.core.errors import InvalidScheduleError, UnknownScheduleError
+from agent_worker.core.principal import Principal
+from agent_worker.core.untrusted import check_name, clean_text
+from agent_worker.core.vocabulary import CATCH_UPS, OVERLAPS, CatchUp, Overlap
 from agent_worker.engine.crontimes import check_cron, next_after, zone
 from agent_worker.engine.newrun import admit_input
 from agent_worker.engine.schedules import fire, run_id_for
-from agent_worker.errors import InvalidScheduleError, UnknownScheduleError
-from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import RunRecord
 from agent_worker.store.schedtypes import ScheduleRecord
-from agent_worker.untrusted import check_name, clean_text
-from agent_worker.vocabulary import CATCH_UPS, OVERLAPS, CatchUp, Overlap
 
 #: Longest schedule name: its run ids (``name@<fire time>``) stay within 200.
 MAX_SCHEDULE_NAME_CHARS = 100

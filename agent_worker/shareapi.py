@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent_worker.access import scoped
-from agent_worker.authorization import Action
-from agent_worker.errors import InvalidInputError, NotFoundError
+from agent_worker.core.authorization import Action
+from agent_worker.core.errors import InvalidInputError, NotFoundError
+from agent_worker.core.untrusted import check_name
 from agent_worker.fairshare import agent_shares, policy
 from agent_worker.store.sharing import ANY, ShareLimit, ShareStore
-from agent_worker.untrusted import check_name
 
 if TYPE_CHECKING:
-    from agent_worker.principal import Principal
+    from agent_worker.core.principal import Principal
     from agent_worker.runtime import Runtime
     from agent_worker.store.base import RunRecord
 

@@ -35,13 +35,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent_worker.api import AgentWorker, client
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     AgentWorkerError,
     AuthenticationError,
     NotFoundError,
     PermissionDeniedError,
 )
-from agent_worker.settings import get_settings
+from agent_worker.core.settings import get_settings
 from agent_worker.streaming import DEFAULT_POLL_SECONDS, StreamEvent, check_after, follow
 from agent_worker.webauth import WebAuth, unauthorized
 

@@ -13,16 +13,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_worker.agent import Registry
-from agent_worker.budget import Budget
-from agent_worker.checkpoint import Checkpoint, PendingCall, PlanItem, load_checkpoint
-from agent_worker.errors import InvalidInputError, UnknownRunError
-from agent_worker.messages import Frozen
-from agent_worker.runstate import StateDraft, edit_of
-from agent_worker.settings import Settings
+from agent_worker.core.budget import Budget
+from agent_worker.core.checkpoint import Checkpoint, PendingCall, PlanItem, load_checkpoint
+from agent_worker.core.errors import InvalidInputError, UnknownRunError
+from agent_worker.core.messages import Frozen
+from agent_worker.core.runstate import StateDraft, edit_of
+from agent_worker.core.settings import Settings
+from agent_worker.core.untrusted import check_name, clean_text
+from agent_worker.core.vocabulary import RunStatus
 from agent_worker.store.base import ApprovalRecord
 from agent_worker.store.state import RunState
-from agent_worker.untrusted import check_name, clean_text
-from agent_worker.vocabulary import RunStatus
 
 
 def check_labels(labels: Mapping[str, str] | None, settings: Settings) -> dict[str, str]:

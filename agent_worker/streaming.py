@@ -32,13 +32,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from agent_worker.errors import InvalidInputError
-from agent_worker.messages import Message
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.messages import Message
+from agent_worker.core.vocabulary import TERMINAL
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import EventRecord, RunRecord
 from agent_worker.store.sqlbase import SqlBase
 from agent_worker.store.streamfeed import lap_messages, open_waiter
-from agent_worker.vocabulary import TERMINAL
 
 #: How long a reader waits for a notification before reading anyway: bounds
 #: the delay when a notification is lost, and the interval of SSE keep-alives.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 
 Summarizer = Callable[[str | None, Sequence[Message]], str]
 SUMMARY_LIMIT = 4000

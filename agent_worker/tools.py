@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, create_model
 
 from agent_worker.children import Child, StartChildren
-from agent_worker.errors import AgentDefinitionError, InvalidStateError
-from agent_worker.messages import ToolSpec
-from agent_worker.untrusted import check_name
-from agent_worker.vocabulary import ChildWait
+from agent_worker.core.errors import AgentDefinitionError, InvalidStateError
+from agent_worker.core.messages import ToolSpec
+from agent_worker.core.untrusted import check_name
+from agent_worker.core.vocabulary import ChildWait
 
 if TYPE_CHECKING:
-    from agent_worker.runstate import StateDraft
+    from agent_worker.core.runstate import StateDraft
 
 ToolKind = Literal["read", "idempotent", "compensatable", "irreversible"]
 ControlKind = Literal["sleep", "signal", "state"]

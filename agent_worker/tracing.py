@@ -42,9 +42,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 
-from agent_worker.checkpoint import PendingCall
-from agent_worker.errors import ConfigurationError, InvalidInputError
-from agent_worker.messages import Message, ModelResponse
+from agent_worker.core.checkpoint import PendingCall
+from agent_worker.core.errors import ConfigurationError, InvalidInputError
+from agent_worker.core.messages import Message, ModelResponse
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import RunRecord
 from agent_worker.store.sqlbase import SqlBase

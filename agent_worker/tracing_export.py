@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.errors import ConfigurationError
 
 
 class JsonLinesExporter(SpanExporter):

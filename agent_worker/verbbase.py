@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from agent_worker.access import AccessControl, scoped
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.untrusted import clean, clean_text
 from agent_worker.store.base import DueLap, RunRecord
 from agent_worker.store.sql import SqlStore
-from agent_worker.untrusted import clean, clean_text
 
 
 def storable(*values: str | None) -> bool:
@@ -31,7 +31,7 @@ class Verbs(AccessControl):
         return self.principal.id
 
     def _admit(self, value: Any, what: str) -> Any:
-        """A caller's JSON value under the rule of ``agent_worker.untrusted``."""
+        """A caller's JSON value under the rule of ``agent_worker.core.untrusted``."""
         return clean(value, max_depth=self.rt.settings.max_json_depth, what=what, strict=True)
 
     def _send_next(self, run: RunRecord) -> None:

@@ -36,9 +36,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from agent_worker.errors import AuthenticationError, ConfigurationError, InvalidInputError
-from agent_worker.principal import Principal
-from agent_worker.settings import Settings
+from agent_worker.core.errors import AuthenticationError, ConfigurationError, InvalidInputError
+from agent_worker.core.principal import Principal
+from agent_worker.core.settings import Settings
 
 _DIGEST_CHARS = frozenset("0123456789abcdef")
 

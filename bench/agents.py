@@ -12,8 +12,8 @@ import os
 import time
 
 from agent_worker.agent import Agent, register
-from agent_worker.budget import Budget
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.budget import Budget
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import tool
 from bench.workload import AGENT_NAME, TOOL_NAME, USAGE, lap_spec, laps_of, tool_output

@@ -26,7 +26,7 @@ from typing import IO, Any, Protocol
 
 import psycopg
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 from bench.dropping import drop_retrying
 from tests.support import Proc as Proc
 from tests.support import lock_redis_db

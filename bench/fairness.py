@@ -103,10 +103,10 @@ class Sampler(threading.Thread):
 
 def _batch(aw: Any, tenant: str, n: int, pause: float) -> list[str]:
     """``n`` runs written first, then sent in one admission pass (a bulk submit)."""
-    from agent_worker.budget import BudgetLedger
-    from agent_worker.checkpoint import Checkpoint, dump_checkpoint
-    from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
-    from agent_worker.messages import Message
+    from agent_worker.core.budget import BudgetLedger
+    from agent_worker.core.checkpoint import Checkpoint, dump_checkpoint
+    from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION
+    from agent_worker.core.messages import Message
     from agent_worker.store.base import DueLap, NewRun
 
     spec = aw.rt.registry.get("loop")
@@ -152,9 +152,9 @@ def _whole_flood(aw: Any, loaded: list[str], timeout: float) -> dict[str, float]
     duration) to the last of a's runs and b's ``loaded`` runs finishing."""
     from sqlalchemy import func, or_, select
 
+    from agent_worker.core.vocabulary import TERMINAL
     from agent_worker.metrics import lap_seconds
     from agent_worker.store.rows import events, runs
-    from agent_worker.vocabulary import TERMINAL
 
     engine = aw.rt.store.engine
 

@@ -140,7 +140,7 @@ def main() -> None:
                 os.environ[k] = v
         import agent_worker.api as api
         import tests.child_agents  # noqa: F401  (registers fan and kid here)
-        from agent_worker.settings import get_settings
+        from agent_worker.core.settings import get_settings
         from agent_worker.tasks import app
 
         get_settings.cache_clear()

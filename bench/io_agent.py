@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from agent_worker.agent import Agent, register
-from agent_worker.budget import Budget
+from agent_worker.core.budget import Budget
 from agent_worker.model.openai_client import OpenAIChatModel
 from bench.agents import read
 

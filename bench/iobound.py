@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 from bench.common import RESULTS, Proc, log, wait_for
 from bench.fleets import BenchFleet, cpu_by_name, cpu_seconds, cpu_since, machine_busy_seconds
 from bench.io_agent import IO_AGENT_NAME

@@ -69,7 +69,7 @@ def walk(database: str, broker: str) -> list[str]:
     # read it when first built.
     from agent_worker import Agent, ScriptedModel, register, tool, turn
     from agent_worker.api import AgentWorker
-    from agent_worker.messages import ModelRequest, ModelResponse
+    from agent_worker.core.messages import ModelRequest, ModelResponse
     from agent_worker.tasks.lap import run_lap
     from agent_worker.tasks.runtime import runtime
 

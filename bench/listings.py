@@ -34,11 +34,11 @@ from typing import Any, cast
 from sqlalchemy import Connection, Engine, Select, bindparam, select, text, tuple_
 from sqlalchemy.dialects.postgresql import JSONB
 
+from agent_worker.core.vocabulary import RunStatus
 from agent_worker.store.db import make_engine
 from agent_worker.store.listing import RunFilter, _query, encode_cursor
 from agent_worker.store.rows import runs, to_run
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import RunStatus
 from bench.labels import _driver
 from bench.plans import statements
 

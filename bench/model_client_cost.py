@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent_worker.messages import Message, ModelRequest, ToolCall
+from agent_worker.core.messages import Message, ModelRequest, ToolCall
 from agent_worker.model.openai_client import OpenAIChatModel, wire_body
 from agent_worker.model.sdk_common import idempotency_headers
 from bench.agents import read

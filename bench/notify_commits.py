@@ -27,7 +27,7 @@ from pathlib import Path
 
 from alembic import command
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 from agent_worker.store.base import NewRun
 from agent_worker.store.migrate import alembic_config, upgrade
 from agent_worker.store.sql import SqlStore

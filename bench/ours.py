@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import select, text, update
 
 from agent_worker.api import AgentWorker
-from agent_worker.checkpoint import load_checkpoint
+from agent_worker.core.checkpoint import load_checkpoint
+from agent_worker.core.settings import get_settings
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.runtime import Runtime
-from agent_worker.settings import get_settings
 from agent_worker.store.base import DueLap, RunRecord
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.rows import checkpoints, runs

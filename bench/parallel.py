@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_worker.agent import Agent, Registry
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine.lap import run_lap
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 

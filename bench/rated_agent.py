@@ -13,7 +13,7 @@ import os
 from typing import Any
 
 from agent_worker.agent import Agent, register
-from agent_worker.budget import Budget
+from agent_worker.core.budget import Budget
 from agent_worker.tools import tool
 
 AGENT = "rated"

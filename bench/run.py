@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with RedisDb() as rdb:
             os.environ["AGENT_WORKER_BROKER_URL"] = rdb.url
-            from agent_worker.settings import get_settings
+            from agent_worker.core.settings import get_settings
 
             get_settings.cache_clear()
             _phases(cfg, urls, rdb, logdir, phase, results)

@@ -44,8 +44,8 @@ import psycopg
 from prometheus_client import generate_latest
 from sqlalchemy import text
 
+from agent_worker.core.settings import get_settings
 from agent_worker.metrics import StoreCollector, registry_for
-from agent_worker.settings import get_settings
 from agent_worker.store.listing import RunFilter, search_runs
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore

@@ -27,9 +27,9 @@ import pytest
 from playwright.sync_api import Page, ViewportSize, sync_playwright
 
 from agent_worker.api import AgentWorker
+from agent_worker.core.principal import Principal
 from agent_worker.demo import goodwill, refund_desk
 from agent_worker.demo.vendor import start_vendor
-from agent_worker.principal import Principal
 from agent_worker.store.migrate import upgrade
 from bench.common import ROOT, RedisDb, create_database, drop_database, sa_url
 from tests.browser.chromium import launch

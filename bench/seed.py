@@ -46,8 +46,8 @@ from typing import Any
 
 import psycopg
 
+from agent_worker.core.vocabulary import WaitingFor
 from agent_worker.store.migrate import upgrade
-from agent_worker.vocabulary import WaitingFor
 from bench.common import create_database, libpq_url, log, sa_url
 from bench.seedtotals import SEEDED, Totals
 

@@ -55,7 +55,7 @@ def main() -> None:
                        AGENT_WORKER_AGENT_MODULES=TEST_AGENTS)
             os.environ.update({k: v for k, v in env.items() if k.startswith("AGENT_WORKER_")})
             import agent_worker.api as api
-            from agent_worker.settings import get_settings
+            from agent_worker.core.settings import get_settings
             from agent_worker.tasks import app
 
             get_settings.cache_clear()

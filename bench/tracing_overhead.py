@@ -20,9 +20,9 @@ from typing import Any
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
 from agent_worker import tracing
-from agent_worker.checkpoint import PendingCall
+from agent_worker.core.checkpoint import PendingCall
+from agent_worker.core.messages import ToolCall
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.messages import ToolCall
 
 
 def hooks_ns(runs: int) -> float:

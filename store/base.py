@@ -12,7 +12,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
+from agent_worker.core.vocabulary import RUNNABLE as RUNNABLE
+from agent_worker.core.vocabulary import TERMINAL as TERMINAL
+from agent_worker.core.vocabulary import EffectStatus as EffectStatus
+from agent_worker.core.vocabulary import RunStatus as RunStatus
 from agent_worker.store.auditbase import AuditEntry as AuditEntry
 from agent_worker.store.auditbase import AuditRecord as AuditRecord
 from agent_worker.store.auditbase import AuditStore
@@ -31,10 +35,6 @@ from agent_worker.store.values import RunRecord as RunRecord
 from agent_worker.store.values import RunUpdate as RunUpdate
 from agent_worker.store.values import SignalRecord as SignalRecord
 from agent_worker.store.values import StoredMessage as StoredMessage
-from agent_worker.vocabulary import RUNNABLE as RUNNABLE
-from agent_worker.vocabulary import TERMINAL as TERMINAL
-from agent_worker.vocabulary import EffectStatus as EffectStatus
-from agent_worker.vocabulary import RunStatus as RunStatus
 
 
 class LapStore(Protocol):

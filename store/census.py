@@ -36,11 +36,11 @@ from sqlalchemy import (
     select,
 )
 
+from agent_worker.core.vocabulary import RUNNABLE
 from agent_worker.store import admitting
 from agent_worker.store.models import UTCDateTime
 from agent_worker.store.rows import runs
 from agent_worker.store.runstatus import shown_column, waiting_turn
-from agent_worker.vocabulary import RUNNABLE
 
 #: The columns summed per (agent, status), after the run count.
 SUMS = ("cost_micros", "input_tokens", "output_tokens", "recoveries")

@@ -23,7 +23,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, exists, func, insert, select, update
 
-from agent_worker.errors import InvalidStateError
+from agent_worker.core.errors import InvalidStateError
+from agent_worker.core.vocabulary import TERMINAL, WaitingFor
 from agent_worker.store import pauses
 from agent_worker.store.base import DueLap, NewRun, RunRecord
 from agent_worker.store.childbase import ChildLink
@@ -39,7 +40,6 @@ from agent_worker.store.rows import (
     to_run,
 )
 from agent_worker.store.runstatus import shown
-from agent_worker.vocabulary import TERMINAL, WaitingFor
 
 
 def link_of(conn: Connection, run_id: str) -> ChildLink | None:

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from agent_worker.errors import ChildLimitError, InvalidStateError
+from agent_worker.core.errors import ChildLimitError, InvalidStateError
 from agent_worker.store import children
 from agent_worker.store.base import DueLap, NewRun, RunRecord
 from agent_worker.store.childbase import ChildLink

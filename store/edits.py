@@ -11,7 +11,7 @@ from typing import Any
 @dataclass(frozen=True)
 class StateEdit:
     """An operator's pending edit of a run's plan, facts or a note
-    (``agent_worker.runstate.edit_of`` gives its form)."""
+    (``agent_worker.core.runstate.edit_of`` gives its form)."""
 
     id: int
     run_id: str

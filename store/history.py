@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, func, select
 
-from agent_worker.errors import ReplayRefusedError
+from agent_worker.core.errors import ReplayRefusedError
 from agent_worker.store.rows import checkpoints, effects, messages
 
 

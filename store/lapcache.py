@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 from agent_worker.store.base import StoredMessage
 
 #: Runs remembered per store object (at least: ``runs_to_keep``). An entry

@@ -43,12 +43,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import sqlite
 
+from agent_worker.core.vocabulary import TERMINAL, wait_text
 from agent_worker.store.base import LapCommit
 from agent_worker.store.dbtime import db_now
 from agent_worker.store.models import UTCDateTime
 from agent_worker.store.rows import checkpoints, events, message_body, messages, runs
 from agent_worker.store.runstatus import stored
-from agent_worker.vocabulary import TERMINAL, wait_text
 
 _lap = bindparam("lap", type_=Integer())
 _now = bindparam("now", type_=UTCDateTime())

@@ -12,8 +12,9 @@ from typing import Any, Literal
 from sqlalchemy import Connection, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from agent_worker.errors import IdempotencyConflictError
-from agent_worker.messages import Message
+from agent_worker.core.errors import IdempotencyConflictError
+from agent_worker.core.messages import Message
+from agent_worker.core.vocabulary import TERMINAL, EffectStatus, wait_text
 from agent_worker.store import (
     audit,
     children,
@@ -56,7 +57,6 @@ from agent_worker.store.rows import (
     to_run,
 )
 from agent_worker.store.sqlbase import SqlBase
-from agent_worker.vocabulary import TERMINAL, EffectStatus, wait_text
 
 
 class SqlLapStore(SqlBase):

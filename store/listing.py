@@ -52,12 +52,12 @@ from sqlalchemy import (
     tuple_,
 )
 
-from agent_worker.errors import InvalidInputError
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.vocabulary import RunStatus
 from agent_worker.store.base import RunRecord
 from agent_worker.store.labelrows import run_labels
 from agent_worker.store.rows import runs, to_run
 from agent_worker.store.runstatus import status_is
-from agent_worker.vocabulary import RunStatus
 
 #: How many runs (matching the other filters) one page of a search term reads
 #: at most; see the module docstring.

@@ -12,12 +12,13 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     AlreadyDecidedError,
     InvalidInputError,
     InvalidStateError,
     NotFoundError,
 )
+from agent_worker.core.vocabulary import TERMINAL, RunStatus, WaitingFor
 from agent_worker.store import history
 from agent_worker.store.base import ApprovalRecord, DueLap, EffectRecord, SignalRecord
 from agent_worker.store.dbtime import db_time, read_now
@@ -32,7 +33,6 @@ from agent_worker.store.rows import (
     to_effect,
     to_signal,
 )
-from agent_worker.vocabulary import TERMINAL, RunStatus, WaitingFor
 
 
 def insert_approvals(conn: Connection, new: Sequence[ApprovalRecord]) -> None:

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from agent_worker.errors import RetriableStoreError
+from agent_worker.core.errors import RetriableStoreError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple, cast
 from sqlalchemy import CompoundSelect, Connection, Select, Table, delete, func, select, union_all
 from sqlalchemy.dialects import postgresql, sqlite
 
+from agent_worker.core.vocabulary import RUN_STATUSES, RUNNABLE, RunStatus
 from agent_worker.store.census import STALE_BEFORE, SUMS, LiveGroup, live_select, settled_columns
 from agent_worker.store.rollupmodels import (
     ApprovalTotalDeltaRow,
@@ -55,7 +56,6 @@ from agent_worker.store.rollupmodels import (
     RunTotalsRow,
 )
 from agent_worker.store.rows import approvals
-from agent_worker.vocabulary import RUN_STATUSES, RUNNABLE, RunStatus
 
 run_totals = cast(Table, RunTotalsRow.__table__)
 run_total_deltas = cast(Table, RunTotalDeltaRow.__table__)

@@ -19,8 +19,8 @@ from sqlalchemy import (
     update,
 )
 
-from agent_worker.errors import LeaseLost, UnknownRunError
-from agent_worker.messages import Message
+from agent_worker.core.errors import LeaseLost, UnknownRunError
+from agent_worker.core.messages import Message
 from agent_worker.store.base import (
     ApprovalRecord,
     EffectRecord,

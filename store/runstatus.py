@@ -37,8 +37,8 @@ from typing import Final, cast
 
 from sqlalchemy import ColumnElement, Table, and_, case, literal, or_
 
+from agent_worker.core.vocabulary import RUNNABLE, RunStatus
 from agent_worker.store.models import Run
-from agent_worker.vocabulary import RUNNABLE, RunStatus
 
 # Not ``store.rows.runs``: ``store.rows`` builds every ``RunRecord`` with ``shown``.
 runs = cast(Table, Run.__table__)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_worker.vocabulary import CatchUp, Overlap
+from agent_worker.core.vocabulary import CatchUp, Overlap
 
 if TYPE_CHECKING:
     from agent_worker.store.base import DueLap, NewRun

@@ -11,7 +11,8 @@ from typing import Any, cast
 from sqlalchemy import Connection, Row, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from agent_worker.errors import InvalidStateError, ScheduleExistsError, UnknownScheduleError
+from agent_worker.core.errors import InvalidStateError, ScheduleExistsError, UnknownScheduleError
+from agent_worker.core.vocabulary import TERMINAL
 from agent_worker.store.base import DueLap
 from agent_worker.store.dbtime import db_time
 from agent_worker.store.models import ScheduleRow
@@ -20,7 +21,6 @@ from agent_worker.store.rows import record_event_tx, runs
 from agent_worker.store.runinsert import create_run_tx
 from agent_worker.store.schedtypes import Fire, Firing, ScheduleRecord
 from agent_worker.store.sqlbase import SqlBase
-from agent_worker.vocabulary import TERMINAL
 
 schedules = cast(Table, ScheduleRow.__table__)
 

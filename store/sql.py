@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from agent_worker.errors import RunIdUnavailableError
+from agent_worker.core.errors import RunIdUnavailableError
+from agent_worker.core.vocabulary import RUNNABLE, RunStatus
 from agent_worker.store import audit, listing, pauses, runstatus, state
 from agent_worker.store.base import (
     ApprovalRecord,
@@ -39,7 +40,6 @@ from agent_worker.store.rows import (
 from agent_worker.store.runinsert import create_run_tx
 from agent_worker.store.schedules import SqlScheduleStore
 from agent_worker.store.sharing import SqlShareStore
-from agent_worker.vocabulary import RUNNABLE, RunStatus
 
 
 class SqlStore(SqlScheduleStore, SqlChildStore, SqlShareStore, SqlLapStore, SqlLeaseBatch):

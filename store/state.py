@@ -19,12 +19,12 @@ from typing import Any, Protocol, cast
 
 from sqlalchemy import Connection, Table, and_, func, insert, select, update
 
-from agent_worker.errors import InvalidStateError
+from agent_worker.core.errors import InvalidStateError
+from agent_worker.core.vocabulary import TERMINAL
 from agent_worker.store.base import RunRecord
 from agent_worker.store.edits import StateEdit
 from agent_worker.store.models import StateEditRow
 from agent_worker.store.rows import checkpoints, record_event_tx, require_run, runs, to_run
-from agent_worker.vocabulary import TERMINAL
 
 state_edits = cast(Table, StateEditRow.__table__)
 

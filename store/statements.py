@@ -32,13 +32,13 @@ from sqlalchemy import (
     update,
 )
 
+from agent_worker.core.vocabulary import RUNNABLE
 from agent_worker.store.admitting import THROTTLED
 from agent_worker.store.dbtime import db_now
 from agent_worker.store.models import UTCDateTime
 from agent_worker.store.rows import checkpoints, effects, messages, runs
 from agent_worker.store.runstatus import STARTED
 from agent_worker.store.state import pending_clause, state_edits
-from agent_worker.vocabulary import RUNNABLE
 
 _now = bindparam("now", type_=UTCDateTime())
 _owner = bindparam("owner", type_=String())

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, and_, func, select, text
 
-from agent_worker.errors import RetriableStoreError
+from agent_worker.core.errors import RetriableStoreError
 from agent_worker.store import rollup
 from agent_worker.store.census import LiveGroup
 from agent_worker.store.dbtime import read_now

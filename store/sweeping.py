@@ -27,7 +27,8 @@ from sqlalchemy import (
     update,
 )
 
-from agent_worker.constants import SERVED_TTL_SECONDS
+from agent_worker.core.constants import SERVED_TTL_SECONDS
+from agent_worker.core.vocabulary import PAUSED, TERMINAL, WaitingFor
 from agent_worker.store.base import DueLap
 from agent_worker.store.dbtime import read_now
 from agent_worker.store.handoffs import resend_unclaimed
@@ -44,7 +45,6 @@ from agent_worker.store.rows import (
     signals,
 )
 from agent_worker.store.runstatus import in_flight
-from agent_worker.vocabulary import PAUSED, TERMINAL, WaitingFor
 
 
 def _pick(conn: Connection, *cond: Any, limit: int) -> list[str]:

@@ -40,7 +40,7 @@ from weakref import WeakSet
 
 from sqlalchemy import Connection, Engine, event, text
 
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.errors import ConfigurationError
 
 #: The setting the policies read, and its value for "every tenant".
 SETTING = "agent_worker.tenant"

@@ -11,9 +11,9 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from agent_worker.messages import Message, token_estimate
+from agent_worker.core.messages import Message, token_estimate
+from agent_worker.core.vocabulary import TERMINAL, EffectStatus, RunStatus, WaitingFor
 from agent_worker.store.edits import StateEdit
-from agent_worker.vocabulary import TERMINAL, EffectStatus, RunStatus, WaitingFor
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from datetime import datetime
 
 from sqlalchemy import Connection, select, update
 
+from agent_worker.core.vocabulary import WaitingFor
 from agent_worker.store import children
 from agent_worker.store.dbtime import db_time
 from agent_worker.store.rows import approvals, record_event_tx, runs, signals
-from agent_worker.vocabulary import WaitingFor
 
 
 def _arrived(conn: Connection, run_id: str, waiting_for: WaitingFor,

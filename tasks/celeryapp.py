@@ -29,16 +29,16 @@ from celery import Celery
 from kombu import Queue
 
 from agent_worker.agent import registry
-from agent_worker.constants import (
+from agent_worker.core.constants import (
     LAP_TASK_NAME,
     MAINT_QUEUE,
     PRUNE_TASK_NAME,
     SCHEDULE_TASK_NAME,
     SWEEP_TASK_NAME,
 )
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.deploy_checks import check_deploy_secrets
-from agent_worker.errors import ConfigurationError
-from agent_worker.settings import Settings, get_settings
 from agent_worker.tasks.routing import lap_queue, served_pairs
 
 #: Importing these registers our tasks (``shared_task``) and connects the

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 
 #: Connections opened past the kept ones when a burst needs them (closed after
 #: use): a safety valve, not the steady state.

@@ -8,7 +8,7 @@ from celery import Celery
 from kombu import Queue
 from kombu.exceptions import ChannelError
 
-from agent_worker.constants import LAP_TASK_NAME
+from agent_worker.core.constants import LAP_TASK_NAME
 from agent_worker.store.base import DueLap
 from agent_worker.tasks.celeryapp import get_app
 from agent_worker.tasks.routing import lap_queue

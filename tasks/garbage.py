@@ -30,7 +30,7 @@ from typing import Any
 
 from celery.signals import worker_init
 
-from agent_worker.settings import get_settings
+from agent_worker.core.settings import get_settings
 
 
 def tune(threshold: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from agent_worker.constants import LAP_TASK_NAME
+from agent_worker.core.constants import LAP_TASK_NAME
 from agent_worker.engine.lap import run_lap as engine_run_lap
 from agent_worker.tasks.runtime import runtime
 

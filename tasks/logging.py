@@ -10,8 +10,8 @@ from typing import Any
 
 from celery.signals import after_setup_logger, after_setup_task_logger
 
-from agent_worker import logs
-from agent_worker.settings import get_settings
+from agent_worker.core import logs
+from agent_worker.core.settings import get_settings
 
 
 @after_setup_logger.connect

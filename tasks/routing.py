@@ -6,8 +6,8 @@ run by the wrong code."""
 from __future__ import annotations
 
 from agent_worker.agent import registry
-from agent_worker.constants import LAPS_QUEUE
-from agent_worker.settings import Settings
+from agent_worker.core.constants import LAPS_QUEUE
+from agent_worker.core.settings import Settings
 
 
 def lap_queue(agent: str, version: str) -> str:

@@ -17,10 +17,10 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-from agent_worker.clock import DatabaseClock
+from agent_worker.core.clock import DatabaseClock
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.runtime import Runtime
-from agent_worker.settings import Settings, get_settings
 from agent_worker.store.db import make_engine
 from agent_worker.store.lapcache import runs_to_keep
 from agent_worker.store.sql import SqlStore

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from agent_worker.constants import SCHEDULE_TASK_NAME
+from agent_worker.core.constants import SCHEDULE_TASK_NAME
 from agent_worker.engine.schedules import fire_due
 from agent_worker.tasks.runtime import runtime
 

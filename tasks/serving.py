@@ -16,8 +16,8 @@ from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
 
-from agent_worker.constants import SERVED_HEARTBEAT_SECONDS
-from agent_worker.settings import get_settings
+from agent_worker.core.constants import SERVED_HEARTBEAT_SECONDS
+from agent_worker.core.settings import get_settings
 from agent_worker.tasks.routing import lap_queue, served_pairs
 from agent_worker.tasks.runtime import system_store
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from celery import shared_task
 
-from agent_worker.constants import PRUNE_TASK_NAME, SWEEP_TASK_NAME
+from agent_worker.core.constants import PRUNE_TASK_NAME, SWEEP_TASK_NAME
 from agent_worker.engine.sweep import sweep as sweep_pass
 from agent_worker.tasks.runtime import runtime
 

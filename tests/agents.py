@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from agent_worker.agent import Agent, register
-from agent_worker.budget import Budget
 from agent_worker.control import sleep_tool, wait_for_signal_tool
+from agent_worker.core.budget import Budget
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.demo.vendor import VendorClient
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 
@@ -60,7 +60,7 @@ def pay(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
 def book(order_id: str, amount_cents: int, ctx: ToolContext) -> dict[str, Any]:
     """A saga step: a payment that can be undone."""
     if amount_cents < 0:
-        from agent_worker.errors import ToolError
+        from agent_worker.core.errors import ToolError
 
         raise ToolError("negative amount")
     with _vendor() as v:
@@ -294,7 +294,7 @@ class OffsetClock:
 
 if os.environ.get("AGENT_WORKER_TEST_CLOCK_FILE"):
     # A worker started with a test clock reads time from it (leases included).
-    from agent_worker.clock import SystemClock
+    from agent_worker.core.clock import SystemClock
 
     _fleet_clock = OffsetClock(os.environ["AGENT_WORKER_TEST_CLOCK_FILE"])
     SystemClock.now = lambda self: _fleet_clock.now()  # type: ignore[method-assign]

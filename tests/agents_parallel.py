@@ -10,8 +10,8 @@ import os
 from typing import Any
 
 from agent_worker.agent import Agent, register
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.demo.vendor import VendorClient
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 from tests.agents import params

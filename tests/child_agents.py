@@ -17,8 +17,8 @@ from typing import Any
 from agent_worker.agent import Agent, register
 from agent_worker.children import Child, StartChildren
 from agent_worker.control import wait_for_signal_tool
-from agent_worker.errors import ModelRefusalError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import ModelRefusalError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 

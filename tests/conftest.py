@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent_worker.agent import Registry
-from agent_worker.clock import ManualClock
+from agent_worker.core.clock import ManualClock
 from tests.support import (
     ROOT,
     Fleet,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from agent_worker.api import AgentWorker
-from agent_worker.principal import ALL_TENANTS, Principal
+from agent_worker.core.principal import ALL_TENANTS, Principal
 
 W = TypeVar("W", bound=AgentWorker)
 

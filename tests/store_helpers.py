@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection, delete, select, update
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
+from agent_worker.core.vocabulary import TERMINAL
 from agent_worker.store.admitting import THROTTLED
 from agent_worker.store.base import NewRun
 from agent_worker.store.db import make_engine
@@ -20,7 +21,6 @@ from agent_worker.store.rows import approvals, checkpoints, effects, events, mes
 from agent_worker.store.runstatus import waiting_turn
 from agent_worker.store.sharing import share_limits
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import TERMINAL
 
 
 def _erase(conn: Connection, run_ids: Sequence[str]) -> None:

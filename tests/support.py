@@ -40,7 +40,7 @@ TEST_POOL = os.environ.get("AGENT_WORKER_TEST_POOL", "prefork")
 def default_timing() -> dict[str, str]:
     """The default timing settings, as environment overrides for fleets whose
     fixture shortened them (short timings hid a slow recovery of a lost lap message)."""
-    from agent_worker.settings import Settings
+    from agent_worker.core.settings import Settings
 
     return {f"AGENT_WORKER_{name.upper()}": str(Settings.model_fields[name].default)
             for name in ("lease_ttl_seconds", "heartbeat_interval_seconds",
@@ -83,7 +83,7 @@ def client_on(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[
     (the ``aw`` fixture; module-scoped fixtures pass ``MonkeyPatch.context()``):
     its ``AGENT_WORKER_*`` set, settings re-read, and all of it undone after."""
     import agent_worker.api as api
-    from agent_worker.settings import get_settings
+    from agent_worker.core.settings import get_settings
 
     for k, v in env.items():
         if k.startswith("AGENT_WORKER_"):

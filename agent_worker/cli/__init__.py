@@ -58,8 +58,8 @@ def _start(
     """Runs before any command (not for the top-level --help or --version)."""
     # lazy: the settings (pydantic-settings) and the store package (SQLAlchemy)
     # load only when a command runs
-    from agent_worker.principal import default_principal
-    from agent_worker.settings import get_settings
+    from agent_worker.core.principal import default_principal
+    from agent_worker.core.settings import get_settings
     from agent_worker.store import tenancy
 
     # Every statement of the command, the few aggregates that read the store

@@ -25,7 +25,7 @@ from agent_worker.cli.common import (
     report,
     styled_status,
 )
-from agent_worker.vocabulary import EFFECT_STATUSES
+from agent_worker.core.vocabulary import EFFECT_STATUSES
 
 if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
     from agent_worker.store.base import RunRecord

@@ -11,8 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from agent_worker.authorization import ACTIONS
 from agent_worker.cli.common import JsonOpt, client, console, emit_json, jsonable, one_of
+from agent_worker.core.authorization import ACTIONS
 
 
 def audit(

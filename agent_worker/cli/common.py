@@ -33,7 +33,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from agent_worker.cli.terminal import SafeConsole, strip_terminal
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     AgentWorkerError,
     InvalidInputError,
     InvalidStateError,

@@ -32,7 +32,7 @@ from agent_worker.cli.common import (
     sql_store,
     styled_status,
 )
-from agent_worker.constants import MAINT_QUEUE
+from agent_worker.core.constants import MAINT_QUEUE
 
 db_app = typer.Typer(help="The database schema.", no_args_is_help=True)
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -49,7 +49,7 @@ def db_upgrade(
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
 
-    from agent_worker.settings import get_settings  # lazy, as above
+    from agent_worker.core.settings import get_settings  # lazy, as above
     from agent_worker.store.migrate import upgrade
 
     url = get_settings().database_url
@@ -77,7 +77,7 @@ def worker_argv(extra: list[str], *, queues: str | None = None) -> list[str]:
     """``celery -A agent_worker.tasks worker`` with the lap queues this process serves."""
     # lazy (see the module's docstring)
     from agent_worker.api import _load_agents
-    from agent_worker.settings import get_settings
+    from agent_worker.core.settings import get_settings
     from agent_worker.tasks.routing import lap_queue, served_pairs
 
     s = get_settings()
@@ -154,7 +154,7 @@ def metrics(
     # lazy (see the module's docstring)
     from prometheus_client import generate_latest
 
-    from agent_worker import logs  # lazy, as above
+    from agent_worker.core import logs  # lazy, as above
     from agent_worker.deploy_checks import check_deploy_secrets
     from agent_worker.metrics import registry_for, serve
 

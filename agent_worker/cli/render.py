@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent_worker.cli.common import ago, span, styled_status
-from agent_worker.vocabulary import TERMINAL
+from agent_worker.core.vocabulary import TERMINAL
 
 BAR = 12
 

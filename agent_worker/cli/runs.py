@@ -33,7 +33,7 @@ from agent_worker.cli.common import (
 )
 from agent_worker.cli.follow import follow
 from agent_worker.cli.tree import render_tree, run_tree
-from agent_worker.vocabulary import RUN_STATUSES, TERMINAL
+from agent_worker.core.vocabulary import RUN_STATUSES, TERMINAL
 
 app = typer.Typer(help="List, inspect and follow runs.", no_args_is_help=True)
 app.command("follow")(follow)

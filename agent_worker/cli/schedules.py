@@ -20,7 +20,7 @@ from agent_worker.cli.common import (
     one_of,
     parse_json_arg,
 )
-from agent_worker.vocabulary import CATCH_UPS, OVERLAPS
+from agent_worker.core.vocabulary import CATCH_UPS, OVERLAPS
 
 if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
     from agent_worker.store.schedtypes import ScheduleRecord

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 
 from agent_worker.cli.common import JsonOpt, client, console, emit_json, parse_json_arg
-from agent_worker.errors import InvalidInputError
+from agent_worker.core.errors import InvalidInputError
 
 RunArg = Annotated[str, typer.Argument(metavar="RUN", help="Run id.")]
 

@@ -9,7 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from agent_worker.vocabulary import TERMINAL
+from agent_worker.core.vocabulary import TERMINAL
 
 if TYPE_CHECKING:  # annotations only: the store package loads SQLAlchemy
     from agent_worker.store.base import (

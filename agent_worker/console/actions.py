@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from starlette.responses import RedirectResponse, Response
 
-from agent_worker.authorization import Action
 from agent_worker.console.applicable import require_applicable, waited_effect
 from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.run import RUN_VERBS
-from agent_worker.errors import InvalidInputError, NotFoundError
+from agent_worker.core.authorization import Action
+from agent_worker.core.errors import InvalidInputError, NotFoundError
 from agent_worker.store.base import EffectRecord, RunRecord
 
 

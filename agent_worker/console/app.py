@@ -37,8 +37,8 @@ from agent_worker.console.stream import LIFETIME_SECONDS, Gate, stream_routes
 from agent_worker.console.throttle import LoginThrottle
 from agent_worker.console.users import UserBook
 from agent_worker.console.views import FILTERS
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.settings import Settings, get_settings
 
 HERE = Path(__file__).parent
 

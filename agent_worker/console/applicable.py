@@ -15,10 +15,10 @@ API, which decides again under the run's row lock and refuses with an
 
 from __future__ import annotations
 
-from agent_worker.authorization import Action
-from agent_worker.errors import InvalidStateError
+from agent_worker.core.authorization import Action
+from agent_worker.core.errors import InvalidStateError
+from agent_worker.core.vocabulary import RETRYABLE, TERMINAL, WaitingFor, WaitKind
 from agent_worker.store.base import RunRecord
-from agent_worker.vocabulary import RETRYABLE, TERMINAL, WaitingFor, WaitKind
 
 
 def waited_ref(run: RunRecord, kind: WaitKind) -> str | None:

@@ -20,10 +20,10 @@ from typing import Any
 from starlette.responses import RedirectResponse, Response
 
 from agent_worker.api import AgentWorker
-from agent_worker.authorization import AccessRequest
 from agent_worker.console.context import Ctx, form_json
 from agent_worker.console.views import Pager
-from agent_worker.errors import InvalidInputError, UnknownAgentError
+from agent_worker.core.authorization import AccessRequest
+from agent_worker.core.errors import InvalidInputError, UnknownAgentError
 from agent_worker.store.base import ApprovalRecord, RunRecord
 
 

@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 
 from agent_worker.console.context import Console, Endpoint, error_page, render, visitor_of
 from agent_worker.console.session import CSRF_FIELD, csrf_ok
-from agent_worker.errors import SessionCheckError
+from agent_worker.core.errors import SessionCheckError
 
 
 def safe_next(value: str | None) -> str:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from agent_worker.console.users import UserBook, hash_password
-from agent_worker.errors import InvalidInputError
+from agent_worker.core.errors import InvalidInputError
 
 #: How long a stopping console waits for open requests (live streams included).
 SHUTDOWN_SECONDS = 5
@@ -38,7 +38,7 @@ def serve(
     import uvicorn  # the server, only when serving: hash-password needs none of it
 
     from agent_worker.console.app import create_app
-    from agent_worker.settings import get_settings  # nor --help: pydantic-settings is slow
+    from agent_worker.core.settings import get_settings  # nor --help: pydantic-settings is slow
 
     settings = get_settings()
     users = UserBook.parse(settings.console_users)  # a bad file fails here, not at login

@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from agent_worker.api import AgentWorker
 from agent_worker.console.session import CSRF_FIELD, Sessions, Visitor, csrf_ok
 from agent_worker.console.throttle import LoginThrottle
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     AgentWorkerError,
     CsrfRefusedError,
     InvalidInputError,
@@ -33,7 +33,7 @@ from agent_worker.errors import (
     PermissionDeniedError,
     SessionCheckError,
 )
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 
 
 @dataclass

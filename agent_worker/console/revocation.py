@@ -36,7 +36,7 @@ from typing import Protocol
 
 import redis
 
-from agent_worker.errors import ConfigurationError, SessionCheckError
+from agent_worker.core.errors import ConfigurationError, SessionCheckError
 
 log = logging.getLogger(__name__)
 

@@ -16,18 +16,18 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from agent_worker.authorization import AccessRequest, Action
 from agent_worker.console import decisions, timeline
 from agent_worker.console.applicable import applies, waited_effect, waited_ref
 from agent_worker.console.context import Ctx
 from agent_worker.console.tree import AXIS_PX, family
 from agent_worker.console.views import Pager, duration, lap_rows, money, page_number, pages
-from agent_worker.constants import LAP_TASK_NAME
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.authorization import AccessRequest, Action
+from agent_worker.core.constants import LAP_TASK_NAME
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.vocabulary import TERMINAL
 from agent_worker.store import runpages, runpanels, tenancy
 from agent_worker.store.base import EventRecord, RunRecord
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import TERMINAL
 
 __all__ = ["allowed_actions", "live_fragment", "run_page"]
 

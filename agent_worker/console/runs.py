@@ -32,12 +32,12 @@ from agent_worker.api import AgentWorker
 from agent_worker.cli.common import span
 from agent_worker.cli.views import run_summary
 from agent_worker.console.context import Ctx
-from agent_worker.errors import ConfigurationError, InvalidInputError
+from agent_worker.core.errors import ConfigurationError, InvalidInputError
+from agent_worker.core.vocabulary import RUN_STATUSES, TERMINAL, RunStatus, WaitingFor
 from agent_worker.steering import parse_labels
 from agent_worker.store import runpages, tenancy
 from agent_worker.store.base import RunRecord
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import RUN_STATUSES, TERMINAL, RunStatus, WaitingFor
 
 #: How many stale runs the stale filter looks at (``list_runs`` has no cursor).
 STALE_WINDOW = 1000

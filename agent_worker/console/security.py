@@ -22,9 +22,9 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from agent_worker.core.errors import PlaceholderSecretError
+from agent_worker.core.settings import Settings
 from agent_worker.deploy_checks import check_deploy_secrets, is_placeholder
-from agent_worker.errors import PlaceholderSecretError
-from agent_worker.settings import Settings
 
 #: The pages load ``/static/console.js`` and ``/static/console.css`` and fetch
 #: ``/runs/<id>/live``; forms post to the console. Nothing else, from nowhere else.

@@ -60,7 +60,7 @@ from agent_worker.api import AgentWorker
 from agent_worker.console import approvals, runs
 from agent_worker.console.context import Console, Ctx, visitor_of
 from agent_worker.console.session import Visitor
-from agent_worker.errors import AgentWorkerError, NotFoundError, PermissionDeniedError
+from agent_worker.core.errors import AgentWorkerError, NotFoundError, PermissionDeniedError
 from agent_worker.store import tenancy
 from agent_worker.store.rows import events
 from agent_worker.store.sqlbase import SqlBase

@@ -32,10 +32,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from agent_worker.console.views import duration
+from agent_worker.core.vocabulary import TERMINAL, WaitingFor
 from agent_worker.store.admitting import THROTTLED
 from agent_worker.store.base import EventRecord, RunRecord
 from agent_worker.store.runpanels import GapEvents
-from agent_worker.vocabulary import TERMINAL, WaitingFor
 
 #: What each cause reads as on the page.
 LABELS: dict[str, str] = {

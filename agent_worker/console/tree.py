@@ -18,7 +18,7 @@ from typing import Any
 from agent_worker.api import AgentWorker
 from agent_worker.cli.tree import run_tree
 from agent_worker.console.timeline import took as took_text
-from agent_worker.errors import NotFoundError
+from agent_worker.core.errors import NotFoundError
 from agent_worker.store import tenancy
 from agent_worker.store.base import RunRecord
 

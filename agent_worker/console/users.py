@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_worker.errors import ConfigurationError, InvalidInputError
-from agent_worker.principal import Principal
+from agent_worker.core.errors import ConfigurationError, InvalidInputError
+from agent_worker.core.principal import Principal
 
 #: scrypt cost: 16 MiB of memory and ~50 ms per check, the standard library's ceiling
 #: being 32 MiB by default.

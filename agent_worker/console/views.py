@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from agent_worker.cli.common import span
 from agent_worker.cli.views import LapBook
-from agent_worker.redaction import redact_secrets
+from agent_worker.core.redaction import redact_secrets
 from agent_worker.store.base import EffectRecord, EventRecord, StoredMessage
 
 T = TypeVar("T")

@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_worker.agent import Agent, register
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.demo.refund_desk import _vendor, get_order, order_amount
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from agent_worker.api import AgentWorker, client
 from agent_worker.console.users import hash_password
+from agent_worker.core.settings import get_settings
+from agent_worker.core.vocabulary import TERMINAL
 from agent_worker.demo import goodwill
 from agent_worker.demo.fleet import Fleet, stop_saved
 from agent_worker.demo.vendor import VendorProcess, start_vendor
-from agent_worker.settings import get_settings
 from agent_worker.store.base import RunRecord
-from agent_worker.vocabulary import TERMINAL
 
 FLEET_FILE = Path(".data/demo-fleet.json")
 CONSOLE_USER = "demo"

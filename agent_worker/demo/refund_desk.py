@@ -20,13 +20,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_worker.agent import Agent, register
-from agent_worker.budget import Budget
+from agent_worker.core.budget import Budget
+from agent_worker.core.errors import TaskFailedError, ToolError
+from agent_worker.core.messages import Message, ModelRequest, ModelResponse
+from agent_worker.core.settings import get_settings
 from agent_worker.demo.vendor import VendorClient
-from agent_worker.errors import TaskFailedError, ToolError
-from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.protocol import ModelClient
 from agent_worker.model.scripted import ScriptedModel, turn
-from agent_worker.settings import get_settings
 from agent_worker.tools import ToolContext, tool
 
 

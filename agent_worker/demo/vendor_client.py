@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import httpx
 
-from agent_worker.errors import ToolError
+from agent_worker.core.errors import ToolError
 
 Mode = Literal["idempotent", "lookup", "plain"]
 Json = dict[str, Any]

@@ -1,4 +1,4 @@
-"""Where a model's and a tool's output enter the lap (``agent_worker.untrusted``).
+"""Where a model's and a tool's output enter the lap (``agent_worker.core.untrusted``).
 
 Everything here runs before the value is journaled, written to the ledger or
 shown to the model, so the first attempt of a lap and any replay act on the
@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     MalformedModelOutputError,
     ModelOutputTooLargeError,
     NestingTooDeepError,
 )
-from agent_worker.messages import ModelResponse, ToolCall
-from agent_worker.redaction import Redactor
-from agent_worker.settings import Settings
-from agent_worker.untrusted import clean, clean_text, payload_bytes
+from agent_worker.core.messages import ModelResponse, ToolCall
+from agent_worker.core.redaction import Redactor
+from agent_worker.core.settings import Settings
+from agent_worker.core.untrusted import clean, clean_text, payload_bytes
 
 #: Key of the stand-in kept instead of a refused value (tool arguments in the
 #: journaled model output, a tool result in the ledger): a replay must refuse

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_worker.checkpoint import PendingCall
-from agent_worker.messages import Message
+from agent_worker.core.checkpoint import PendingCall
+from agent_worker.core.messages import Message
+from agent_worker.core.vocabulary import WaitingFor
 from agent_worker.store.base import ApprovalRecord
-from agent_worker.vocabulary import WaitingFor
 
 
 @dataclass(frozen=True)

@@ -14,27 +14,27 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agent_worker.agent import Agent
-from agent_worker.checkpoint import PendingCall
 from agent_worker.children import StartChildren
-from agent_worker.constants import effect_key
-from agent_worker.engine import admit, children, policy
-from agent_worker.engine.callresult import Done, Pause, decision, result, with_decision
-from agent_worker.engine.controls import sleep, wait_for_signal, write_state
-from agent_worker.engine.heartbeat import Heartbeat
-from agent_worker.engine.progress import CallBeat
-from agent_worker.errors import (
+from agent_worker.core.checkpoint import PendingCall
+from agent_worker.core.constants import effect_key
+from agent_worker.core.errors import (
     EffectTimeoutError,
     IdempotencyConflictError,
     InvalidInputError,
     ToolError,
     ToolTimeoutError,
 )
-from agent_worker.faults import fault
-from agent_worker.runstate import StateDraft
+from agent_worker.core.faults import fault
+from agent_worker.core.runstate import StateDraft
+from agent_worker.core.vocabulary import EffectStatus, WaitingFor
+from agent_worker.engine import admit, children, policy
+from agent_worker.engine.callresult import Done, Pause, decision, result, with_decision
+from agent_worker.engine.controls import sleep, wait_for_signal, write_state
+from agent_worker.engine.heartbeat import Heartbeat
+from agent_worker.engine.progress import CallBeat
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import ApprovalRecord, Claim, EffectIntent, EffectRecord
 from agent_worker.tools import Tool, ToolContext
-from agent_worker.vocabulary import EffectStatus, WaitingFor
 
 
 def args_hash(tool_name: str, arguments: dict[str, Any]) -> str:
@@ -50,7 +50,7 @@ class CallRunner:
     def __init__(self, rt: Runtime, agent: Agent, claim: Claim,
                  hb: Heartbeat | None = None, state: StateDraft | None = None) -> None:
         self.rt, self.agent, self.claim = rt, agent, claim
-        #: The run state this lap's calls write (``agent_worker.runstate``).
+        #: The run state this lap's calls write (``agent_worker.core.runstate``).
         self.state = state
         self.run_id = claim.run.id
         # The lap's lease: tools heartbeat through it (ctx.heartbeat), retries

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from agent_worker.budget import MAX_WALL_SECONDS, Budget, BudgetLedger
-from agent_worker.checkpoint import load_checkpoint
 from agent_worker.children import Child, StartChildren
+from agent_worker.core.budget import MAX_WALL_SECONDS, Budget, BudgetLedger
+from agent_worker.core.checkpoint import load_checkpoint
+from agent_worker.core.errors import ChildLimitError
+from agent_worker.core.untrusted import reduced
+from agent_worker.core.vocabulary import TERMINAL, ChildWait, WaitingFor
 from agent_worker.engine.newrun import admitted_run
-from agent_worker.errors import ChildLimitError
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import Claim, DueLap, NewRun, RunRecord
-from agent_worker.untrusted import reduced
-from agent_worker.vocabulary import TERMINAL, ChildWait, WaitingFor
 
 #: The key of the marker a children call records as its result.
 MARKER = "__children__"

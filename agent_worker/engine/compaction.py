@@ -9,8 +9,8 @@ summariser (``agent_worker.summary``) is extractive and deterministic.
 
 from __future__ import annotations
 
-from agent_worker.messages import Message
-from agent_worker.untrusted import clean_text
+from agent_worker.core.messages import Message
+from agent_worker.core.untrusted import clean_text
 
 
 def summary_message(text: str, end: int) -> Message:

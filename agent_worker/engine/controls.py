@@ -10,14 +10,14 @@ from datetime import timedelta
 
 from pydantic import BaseModel
 
-from agent_worker.checkpoint import PendingCall
+from agent_worker.core.checkpoint import PendingCall
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.runstate import StateDraft
+from agent_worker.core.untrusted import check_name
+from agent_worker.core.vocabulary import WaitingFor
 from agent_worker.engine.callresult import Done, Pause, result
-from agent_worker.errors import InvalidInputError
-from agent_worker.runstate import StateDraft
 from agent_worker.runtime import Runtime
 from agent_worker.tools import Tool
-from agent_worker.untrusted import check_name
-from agent_worker.vocabulary import WaitingFor
 
 
 def write_state(state: StateDraft | None, pc: PendingCall, tool: Tool, args: BaseModel) -> Done:

@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from agent_worker.errors import InvalidScheduleError
+from agent_worker.core.errors import InvalidScheduleError
 
 #: Longest cron expression or time-zone name accepted.
 MAX_CRON_CHARS = 200

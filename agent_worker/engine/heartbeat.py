@@ -21,7 +21,7 @@ import threading
 import time
 from types import TracebackType
 
-from agent_worker.errors import LeaseLost, RunCancelled
+from agent_worker.core.errors import LeaseLost, RunCancelled
 from agent_worker.runtime import Runtime
 
 log = logging.getLogger(__name__)

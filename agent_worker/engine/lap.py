@@ -23,9 +23,22 @@ from typing import Any
 
 from agent_worker import fairshare, tracing
 from agent_worker.agent import Agent
-from agent_worker.budget import Budget
-from agent_worker.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
-from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION, model_key
+from agent_worker.core.budget import Budget
+from agent_worker.core.checkpoint import Checkpoint, PendingCall, dump_checkpoint, load_checkpoint
+from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION, model_key
+from agent_worker.core.errors import (
+    BudgetExceededError,
+    LapFailedError,
+    LeaseLost,
+    NestingTooDeepError,
+    RunCancelled,
+)
+from agent_worker.core.faults import fault
+from agent_worker.core.logs import bind, lap_context
+from agent_worker.core.messages import Message, Usage
+from agent_worker.core.runstate import StateDraft, apply_edit
+from agent_worker.core.untrusted import clean
+from agent_worker.core.vocabulary import ENDED_BY_LAP, RUNNABLE, WaitingFor
 from agent_worker.engine import admit, children, parallel
 from agent_worker.engine.calls import CallRunner, Pause
 from agent_worker.engine.compaction import summary_end, summary_message
@@ -38,21 +51,8 @@ from agent_worker.engine.release import (
     resend_orphan,
 )
 from agent_worker.engine.window import build_request
-from agent_worker.errors import (
-    BudgetExceededError,
-    LapFailedError,
-    LeaseLost,
-    NestingTooDeepError,
-    RunCancelled,
-)
-from agent_worker.faults import fault
-from agent_worker.logs import bind, lap_context
-from agent_worker.messages import Message, Usage
-from agent_worker.runstate import StateDraft, apply_edit
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import Claim, DueLap, LapCommit, RunUpdate
-from agent_worker.untrusted import clean
-from agent_worker.vocabulary import ENDED_BY_LAP, RUNNABLE, WaitingFor
 
 log = logging.getLogger("agent_worker.lap")
 _HOST = socket.gethostname()
@@ -65,7 +65,7 @@ def new_owner() -> str:
 
 def run_lap(rt: Runtime, run_id: str, lap: int) -> Outcome:
     """Run lap ``lap`` of ``run_id`` if this delivery may; see module docstring.
-    Every log record inside carries the lap's identity (``agent_worker.logs``)."""
+    Every log record inside carries the lap's identity (``agent_worker.core.logs``)."""
     with rt.active_laps.held(), lap_context(run_id, lap), \
             tracing.lap_trace(rt, run_id, lap) as trace:
         outcome = _run_lap(rt, run_id, lap)

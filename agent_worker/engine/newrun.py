@@ -14,15 +14,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_worker.agent import Agent
-from agent_worker.budget import Budget, BudgetLedger
-from agent_worker.checkpoint import Checkpoint, dump_checkpoint
-from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
-from agent_worker.errors import InvalidInputError, PayloadTooLargeError, RunConflictError
-from agent_worker.messages import Message
+from agent_worker.core.budget import Budget, BudgetLedger
+from agent_worker.core.checkpoint import Checkpoint, dump_checkpoint
+from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.errors import InvalidInputError, PayloadTooLargeError, RunConflictError
+from agent_worker.core.messages import Message
+from agent_worker.core.settings import Settings
+from agent_worker.core.untrusted import clean
 from agent_worker.runtime import Runtime
-from agent_worker.settings import Settings
 from agent_worker.store.base import NewRun, RunRecord
-from agent_worker.untrusted import clean
 
 
 def json_size(value: Any, what: str) -> int:

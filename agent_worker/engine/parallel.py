@@ -32,9 +32,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from agent_worker import tracing
 from agent_worker.agent import Agent
-from agent_worker.checkpoint import PendingCall
+from agent_worker.core.checkpoint import PendingCall
+from agent_worker.core.errors import LapInterrupted
 from agent_worker.engine.calls import CallRunner, Done, Pause
-from agent_worker.errors import LapInterrupted
 
 Outcome = Done | Pause
 #: A call, its outcome, and how long it took on its own (ms): in a group that

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_worker.errors import RetryableToolError, ToolTimeoutError
+from agent_worker.core.errors import RetryableToolError, ToolTimeoutError
 from agent_worker.tools import Tool, ToolContext
 
 Sleep = Callable[[float], None]

@@ -14,14 +14,14 @@ from typing import Any, Literal, cast
 
 from agent_worker import fairshare
 from agent_worker.agent import Agent
+from agent_worker.core.errors import AgentWorkerError, CheckpointVersionError
+from agent_worker.core.redaction import Redactor, redact_secrets
+from agent_worker.core.untrusted import clean, reduced
+from agent_worker.core.vocabulary import TERMINAL, RunStatus, WaitingFor
 from agent_worker.engine import admit, children
 from agent_worker.engine.saga import compensate, give_up, reconcile
-from agent_worker.errors import AgentWorkerError, CheckpointVersionError
-from agent_worker.redaction import Redactor, redact_secrets
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import Claim, DueLap, RunRecord, RunUpdate
-from agent_worker.untrusted import clean, reduced
-from agent_worker.vocabulary import TERMINAL, RunStatus, WaitingFor
 
 #: The lap's own logger: these records are the lap's, wherever the code sits.
 log = logging.getLogger("agent_worker.lap")

@@ -20,14 +20,14 @@ and one killed midway leaves rows the next attempt settles the same way."""
 from __future__ import annotations
 
 from agent_worker.agent import Agent
-from agent_worker.constants import compensation_key
+from agent_worker.core.constants import compensation_key
+from agent_worker.core.errors import CompensationError
+from agent_worker.core.faults import fault
+from agent_worker.core.vocabulary import EffectStatus
 from agent_worker.engine import admit
-from agent_worker.errors import CompensationError
-from agent_worker.faults import fault
 from agent_worker.runtime import Runtime
 from agent_worker.store.base import EffectIntent, EffectRecord
 from agent_worker.tools import ToolContext
-from agent_worker.vocabulary import EffectStatus
 
 #: What an ending run's ledger may not be left with.
 UNSETTLED: tuple[EffectStatus, ...] = ("pending", "unknown")

@@ -26,9 +26,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from agent_worker.core.errors import AgentWorkerError
 from agent_worker.engine.crontimes import latest, next_after
 from agent_worker.engine.newrun import new_run
-from agent_worker.errors import AgentWorkerError
 from agent_worker.runtime import Runtime
 from agent_worker.store.schedtypes import Fire, Firing, ScheduleRecord
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from agent_worker.agent import Agent
-from agent_worker.checkpoint import Checkpoint
+from agent_worker.core.checkpoint import Checkpoint
+from agent_worker.core.messages import Message, ModelRequest
 from agent_worker.engine.compaction import summary_end
-from agent_worker.messages import Message, ModelRequest
 from agent_worker.store.base import StoredMessage
 
 

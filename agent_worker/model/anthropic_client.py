@@ -13,13 +13,13 @@ import ssl
 import anthropic
 from anthropic.types import ContentBlockParam, MessageParam, ToolParam
 
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     ContextLengthError,
     InvalidInputError,
     MalformedModelOutputError,
     ModelRefusalError,
 )
-from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from agent_worker.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from agent_worker.model.failures import ProviderFailures
 from agent_worker.model.sdk_common import (
     ResponseHook,

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     ContextLengthError,
     MalformedModelOutputError,
     ModelError,

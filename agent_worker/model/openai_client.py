@@ -13,8 +13,8 @@ import ssl
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
-from agent_worker.errors import InvalidInputError, MalformedModelOutputError, ModelRefusalError
-from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from agent_worker.core.errors import InvalidInputError, MalformedModelOutputError, ModelRefusalError
+from agent_worker.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 from agent_worker.model.failures import ProviderFailures
 from agent_worker.model.sdk_common import (
     ResponseHook,

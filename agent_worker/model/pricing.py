@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
-from agent_worker.messages import Frozen, Usage
+from agent_worker.core.messages import Frozen, Usage
 
 _PER = Decimal(1_000_000)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.messages import ModelRequest, ModelResponse
 
 
 @runtime_checkable

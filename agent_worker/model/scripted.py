@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agent_worker.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
+from agent_worker.core.messages import Message, ModelRequest, ModelResponse, ToolCall, Usage
 
 Script = Callable[[ModelRequest], ModelResponse]
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVa
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent_worker.errors import MalformedModelOutputError, ModelError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import MalformedModelOutputError, ModelError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.model.failures import ProviderFailures, retry_after_guard, translate_failure
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ time, so they cannot drift from it.
   SQLAlchemy models of ``agent_worker.store`` (tables, columns, indexes).
 - The configuration page keeps its table between ``<!-- config-table:start -->``
   and ``<!-- config-table:end -->`` (so it reads as Markdown in the repository
-  too); the build fails when it differs from ``agent_worker.settings.config_table()``
+  too); the build fails when it differs from ``agent_worker.core.settings.config_table()``
   (tests/unit/test_docs_pages.py checks the same without a build).
 
 Registered in mkdocs.yml under ``hooks:``; excluded from the site itself.
@@ -109,14 +109,14 @@ def schema_reference() -> str:
 
 
 def check_config_table(markdown: str) -> None:
-    from agent_worker.settings import config_table
+    from agent_worker.core.settings import config_table
 
     start = markdown.index(CONFIG_START) + len(CONFIG_START)
     end = markdown.index(CONFIG_END)
     if markdown[start:end].strip() != config_table().strip():
         raise PluginError("docs/reference/configuration.md: the configuration table differs "
-                          "from agent_worker/settings.py; regenerate it with "
-                          "python -c 'from agent_worker.settings import config_table; "
+                          "from agent_worker/core/settings.py; regenerate it with "
+                          "python -c 'from agent_worker.core.settings import config_table; "
                           "print(config_table())'")
 
 

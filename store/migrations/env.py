@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
-from agent_worker.settings import get_settings
+from agent_worker.core.settings import get_settings
 from agent_worker.store.db import make_engine
 from agent_worker.store.tables import metadata
 

@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from agent_worker.api import AgentWorker
-from agent_worker.principal import Principal
+from agent_worker.core.principal import Principal
 from tests.browser.chromium import launch, require_chromium
 from tests.browser.server import Cast, ConsoleServer, User
 from tests.console.agents import APPROVERS

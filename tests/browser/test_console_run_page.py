@@ -5,7 +5,7 @@ linked with its status; an operator raises the budget a run paused on, and
 the run resumes (the API's audit log names them); no page logs an error.
 
 The worker really dies: its fleet is armed to SIGKILL the process that has
-just recorded the outcome of the ``stamp`` call (``agent_worker.faults``),
+just recorded the outcome of the ``stamp`` call (``agent_worker.core.faults``),
 once; its lease lapses and the beat's sweeper hands the lap to the restarted
 worker, as in production.
 """
@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Page, expect
 
 from agent_worker.api import AgentWorker
-from agent_worker.principal import Principal
+from agent_worker.core.principal import Principal
 from tests.browser.server import Cast, ConsoleServer, User
 from tests.support import Fleet, logs, run_reaching, supervised
 

@@ -26,9 +26,9 @@ import json
 from typing import Any
 
 from agent_worker.agent import Agent, Registry, register
-from agent_worker.budget import Budget
-from agent_worker.errors import ModelRefusalError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.budget import Budget
+from agent_worker.core.errors import ModelRefusalError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 

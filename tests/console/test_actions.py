@@ -70,7 +70,7 @@ def test_hostile_form_json_is_a_refusal_page_not_a_crash(
         worker: InProcessWorker, login: Callable[[str], TestClient]) -> None:
     """A form field is anyone's bytes: nesting past the JSON parser's own limit
     gets the 400 page and nothing is sent; U+0000 and a lone surrogate follow
-    the one rule of ``agent_worker.untrusted`` (stored as U+FFFD), as through
+    the one rule of ``agent_worker.core.untrusted`` (stored as U+FFFD), as through
     the API."""
     run_id = started(worker, "refunds")
     olga = login("olga")

@@ -14,7 +14,7 @@ from agent_worker.console.app import create_app
 from agent_worker.console.auth import safe_next
 from agent_worker.console.session import SESSION_COOKIE
 from agent_worker.console.users import UserBook, check_password, hash_password
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.errors import ConfigurationError
 from agent_worker.inprocess import InProcessWorker
 from tests.console.conftest import PASSWORD, csrf_of
 

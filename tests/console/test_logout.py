@@ -15,7 +15,7 @@ from agent_worker.console.app import create_app, revocations_for
 from agent_worker.console.revocation import PREFIX, RedisRevocations
 from agent_worker.console.session import SESSION_COOKIE
 from agent_worker.console.users import UserBook
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.errors import ConfigurationError
 from agent_worker.inprocess import InProcessWorker
 from tests.console.conftest import PASSWORD, csrf_of
 

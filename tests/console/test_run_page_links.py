@@ -16,12 +16,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from agent_worker.agent import Agent
-from agent_worker.budget import Budget
-from agent_worker.clock import ManualClock
 from agent_worker.console.app import create_app
 from agent_worker.console.users import UserBook
 from agent_worker.console.views import duration, money
-from agent_worker.constants import LAP_TASK_NAME
+from agent_worker.core.budget import Budget
+from agent_worker.core.clock import ManualClock
+from agent_worker.core.constants import LAP_TASK_NAME
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
 from tests.console.conftest import PASSWORD, csrf_of, started

@@ -16,8 +16,8 @@ from agent_worker.agent import Agent
 from agent_worker.agent import registry as global_agents
 from agent_worker.children import Child, StartChildren
 from agent_worker.console.tree import AXIS_PX
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import ToolContext, tool
 from tests.console.conftest import started

@@ -18,9 +18,9 @@ from agent_worker.console.security import HEADERS, check_console_secrets
 from agent_worker.console.session import LOGIN_COOKIE, SESSION_COOKIE, Sessions
 from agent_worker.console.throttle import LoginThrottle
 from agent_worker.console.users import UserBook
-from agent_worker.errors import PlaceholderSecretError
+from agent_worker.core.errors import PlaceholderSecretError
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.settings import Settings, get_settings
 from tests.console.conftest import PASSWORD, csrf_of, started
 
 #: What TestClient's requests return (an httpx response).

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
+from agent_worker.core.errors import AgentWorkerError, PlaceholderSecretError
+from agent_worker.core.settings import Settings
 from agent_worker.deploy_checks import check_deploy_secrets, is_placeholder, url_password
-from agent_worker.errors import AgentWorkerError, PlaceholderSecretError
-from agent_worker.settings import Settings
 from tests.support import ROOT
 from tests.support_docs import read_docs
 

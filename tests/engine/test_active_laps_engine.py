@@ -11,9 +11,9 @@ from typing import Any
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine.active_laps import ActiveLaps
 from agent_worker.engine.lap import run_lap
-from agent_worker.messages import ModelRequest, ModelResponse
 
 
 def _first_laps_together(w: InProcessWorker, agent: str) -> list[str]:

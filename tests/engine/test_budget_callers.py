@@ -16,10 +16,10 @@ from sqlalchemy import update
 
 from agent_worker import Budget, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.budget import MAX_WALL_SECONDS, BudgetLedger
+from agent_worker.core.budget import MAX_WALL_SECONDS, BudgetLedger
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine import children
-from agent_worker.errors import InvalidInputError
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.store.rows import runs
 from agent_worker.store.sql import SqlStore
 from tests.principals import acting

@@ -15,9 +15,9 @@ import pytest
 
 import agent_worker.api as api
 from agent_worker.agent import Agent, Registry
-from agent_worker.budget import Budget
 from agent_worker.cli import main
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.budget import Budget
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import tool
 from tests.engine.conftest import OwnRunsWorker

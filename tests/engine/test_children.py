@@ -18,11 +18,11 @@ from sqlalchemy import update
 
 import tests.child_agents  # noqa: F401  (registers fan and kid)
 from agent_worker.cli.tree import render_tree, run_tree
+from agent_worker.core.errors import ChildLimitError, InvalidStateError
 from agent_worker.engine import children
 from agent_worker.engine.calls import CallRunner
 from agent_worker.engine.lap import run_lap
 from agent_worker.engine.newrun import admitted_run
-from agent_worker.errors import ChildLimitError, InvalidStateError
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.store.base import RunUpdate
 from agent_worker.store.rows import runs
@@ -81,7 +81,7 @@ def test_fan_out_and_in_with_a_failing_child(w: InProcessWorker) -> None:
 
 def test_children_spend_is_charged_to_the_parent_and_split_from_its_budget(
         w: InProcessWorker) -> None:
-    from agent_worker.budget import Budget
+    from agent_worker.core.budget import Budget
 
     parent = w.start_run("fan", {"n": 4}, budget=Budget(max_output_tokens=1000))
     w.run_until_idle()

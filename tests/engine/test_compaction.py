@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, tool, turn
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.messages import ModelRequest, ModelResponse
 
 seen: dict[int, ModelRequest] = {}
 
@@ -51,7 +51,7 @@ def test_window_is_bounded_and_summary_recorded(worker: InProcessWorker) -> None
 
 def test_replayed_lap_sees_the_same_window(worker: InProcessWorker) -> None:
     """Rebuilt from the records: a second build for the same lap is identical."""
-    from agent_worker.checkpoint import load_checkpoint
+    from agent_worker.core.checkpoint import load_checkpoint
     from agent_worker.engine.window import build_request
 
     seen.clear()

@@ -17,8 +17,8 @@ import agent_worker
 import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.errors import AgentWorkerError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import AgentWorkerError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 from tests.principals import acting
 

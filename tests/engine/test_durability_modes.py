@@ -13,7 +13,7 @@ from sqlalchemy import Connection, event, text
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.store import lapcommit
 from agent_worker.store.sql import SqlStore
 from agent_worker.tools import Tool, ToolContext

@@ -18,8 +18,8 @@ import pytest
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.constants import compensation_key, effect_key
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.constants import compensation_key, effect_key
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext, ToolKind
 from tests.principals import acting
 

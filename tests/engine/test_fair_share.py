@@ -21,15 +21,15 @@ from sqlalchemy import text, update
 
 from agent_worker import Agent, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Registry
-from agent_worker.budget import Budget, BudgetLedger
-from agent_worker.checkpoint import Checkpoint, dump_checkpoint
-from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.budget import Budget, BudgetLedger
+from agent_worker.core.checkpoint import Checkpoint, dump_checkpoint
+from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.errors import ConfigurationError, InvalidInputError, NotFoundError
+from agent_worker.core.messages import Message, ModelRequest, ModelResponse
+from agent_worker.core.settings import Settings
 from agent_worker.engine.lap import run_lap
-from agent_worker.errors import ConfigurationError, InvalidInputError, NotFoundError
 from agent_worker.fairshare import gate, policy
-from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.failures import RateLimitedError
-from agent_worker.settings import Settings
 from agent_worker.store import admitting
 from agent_worker.store.admitting import THROTTLED, AgentShare, Policy
 from agent_worker.store.base import DueLap, NewRun

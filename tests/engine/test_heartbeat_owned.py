@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from agent_worker import InProcessWorker
+from agent_worker.core.errors import LeaseLost
+from agent_worker.core.messages import Message
 from agent_worker.engine.heartbeat import Heartbeat
-from agent_worker.errors import LeaseLost
-from agent_worker.messages import Message
 from agent_worker.store.base import NewRun
 from agent_worker.store.sql import SqlStore
 from tests.store_helpers import delete_run

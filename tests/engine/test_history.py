@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, register, tool, turn
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.demo.vendor import VendorProcess, start_vendor
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
 

@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 from agent_worker import Agent, InProcessWorker, ScriptedModel, register, tool, turn
 from agent_worker.control import wait_for_signal_tool
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     InvalidInputError,
     InvalidStateError,
     NestingTooDeepError,
@@ -22,7 +22,7 @@ from agent_worker.errors import (
     PayloadTooLargeError,
     ToolError,
 )
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
 from tests.principals import acting

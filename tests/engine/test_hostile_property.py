@@ -1,7 +1,7 @@
 """Property: arbitrary Unicode through every door of a run, on SQLite
 and on Postgres. Whatever the text (U+0000, lone surrogates, control and escape
 characters, RTL marks, 4-byte characters), every run ends where its script says,
-nothing escapes ``run_lap``, and what is stored is what ``agent_worker.untrusted``
+nothing escapes ``run_lap``, and what is stored is what ``agent_worker.core.untrusted``
 says: the text with U+0000 and lone surrogates replaced by U+FFFD."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from agent_worker import Agent, InProcessWorker, ScriptedModel, register, tool, turn
 from agent_worker.control import wait_for_signal_tool
-from agent_worker.errors import InvalidInputError, ToolError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import InvalidInputError, ToolError
+from agent_worker.core.messages import ModelRequest, ModelResponse
+from agent_worker.core.untrusted import check_name
 from agent_worker.model.scripted import model_turns
 from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext
-from agent_worker.untrusted import check_name
 from tests.principals import acting
 
 FFFD = "\ufffd"

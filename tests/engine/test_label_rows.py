@@ -15,7 +15,7 @@ from sqlalchemy import insert, select
 
 from agent_worker import InProcessWorker, ScriptedModel, turn
 from agent_worker.agent import Agent
-from agent_worker.errors import InvalidInputError
+from agent_worker.core.errors import InvalidInputError
 from agent_worker.store.labelrows import run_labels
 from agent_worker.store.rows import runs
 from agent_worker.store.sql import SqlStore

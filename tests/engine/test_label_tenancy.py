@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from agent_worker import InProcessWorker
 from agent_worker.agent import Registry
-from agent_worker.principal import Principal
+from agent_worker.core.principal import Principal
 from agent_worker.store import tenancy
 from agent_worker.store.listing import RunFilter, _query, search_runs
 from agent_worker.store.sql import SqlStore

@@ -11,8 +11,8 @@ import pytest
 
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.errors import InvalidInputError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 from tests.principals import acting
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agent_worker import Agent, Budget, ScriptedModel, tool, turn
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 
 

@@ -12,16 +12,16 @@ import pytest
 from agent_worker import Agent, InProcessWorker, ScriptedModel, register, tool, turn
 from agent_worker.agent import Registry
 from agent_worker.api import AgentWorker
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     InvalidInputError,
     MalformedModelOutputError,
     PayloadTooLargeError,
     UnknownAgentError,
 )
+from agent_worker.core.messages import ModelRequest, ModelResponse
+from agent_worker.core.settings import Settings
 from agent_worker.inprocess import LocalQueue
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.runtime import Runtime
-from agent_worker.settings import Settings
 from agent_worker.store.base import DueLap
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore

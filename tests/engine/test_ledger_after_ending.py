@@ -23,9 +23,9 @@ from sqlalchemy import update
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.constants import compensation_key, effect_key
+from agent_worker.core.constants import compensation_key, effect_key
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine.saga import compensate
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
 from agent_worker.store.rows import runs
 from agent_worker.store.sql import SqlStore

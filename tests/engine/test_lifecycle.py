@@ -19,17 +19,17 @@ from sqlalchemy import update
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.constants import effect_key
 from agent_worker.control import wait_for_signal_tool
-from agent_worker.engine.lap import run_lap
-from agent_worker.errors import (
+from agent_worker.core.constants import effect_key
+from agent_worker.core.errors import (
     AgentDefinitionError,
     AlreadyDecidedError,
     InvalidStateError,
     MalformedModelOutputError,
     ReplayRefusedError,
 )
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.messages import ModelRequest, ModelResponse
+from agent_worker.engine.lap import run_lap
 from agent_worker.model.scripted import model_turns
 from agent_worker.store.rows import runs
 from agent_worker.store.sql import SqlStore

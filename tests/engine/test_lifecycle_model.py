@@ -41,11 +41,11 @@ from sqlalchemy import func, select, text
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.clock import ManualClock
 from agent_worker.control import sleep_tool, wait_for_signal_tool
+from agent_worker.core.clock import ManualClock
+from agent_worker.core.errors import AgentWorkerError, MalformedModelOutputError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine.lap import run_lap
-from agent_worker.errors import AgentWorkerError, MalformedModelOutputError
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import model_turns
 from agent_worker.store.base import TERMINAL, ApprovalRecord, DueLap
 from agent_worker.store.db import make_engine

@@ -17,9 +17,9 @@ import pytest
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent
-from agent_worker.constants import effect_key
-from agent_worker.errors import AgentDefinitionError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.constants import effect_key
+from agent_worker.core.errors import AgentDefinitionError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext
 from tests.principals import acting
 
@@ -214,7 +214,7 @@ def test_an_error_in_one_call_replays_only_what_did_not_land(
             crash["left"] -= 1
             raise ConnectionResetError("connection reset mid-call")
         if n == 4:
-            from agent_worker.errors import ToolError
+            from agent_worker.core.errors import ToolError
             raise ToolError("card declined")
         return n
 

@@ -28,12 +28,12 @@ import pytest
 from sqlalchemy import select
 
 from agent_worker.agent import Agent, Registry
-from agent_worker.budget import Budget
-from agent_worker.clock import ManualClock
 from agent_worker.control import sleep_tool, wait_for_signal_tool
-from agent_worker.errors import AlreadyDecidedError, InvalidStateError
+from agent_worker.core.budget import Budget
+from agent_worker.core.clock import ManualClock
+from agent_worker.core.errors import AlreadyDecidedError, InvalidStateError
+from agent_worker.core.messages import Message, ModelRequest, ModelResponse
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.messages import Message, ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, model_turns, turn
 from agent_worker.store.rows import signals
 from agent_worker.store.sql import SqlStore

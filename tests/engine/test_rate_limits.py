@@ -20,11 +20,11 @@ from sqlalchemy import select, update
 
 from agent_worker import Agent, InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Registry
-from agent_worker.clock import ManualClock
-from agent_worker.errors import ConfigurationError, InvalidInputError, PermissionDeniedError
-from agent_worker.messages import ModelRequest, ModelResponse
-from agent_worker.principal import Principal
-from agent_worker.settings import Settings
+from agent_worker.core.clock import ManualClock
+from agent_worker.core.errors import ConfigurationError, InvalidInputError, PermissionDeniedError
+from agent_worker.core.messages import ModelRequest, ModelResponse
+from agent_worker.core.principal import Principal
+from agent_worker.core.settings import Settings
 from agent_worker.store.admitting import THROTTLED, AgentShare, Policy
 from agent_worker.store.ratelimit import Rate, rate_charges
 from agent_worker.store.rows import runs

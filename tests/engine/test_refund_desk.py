@@ -14,10 +14,10 @@ import pytest
 
 from agent_worker import InProcessWorker
 from agent_worker.agent import Registry
+from agent_worker.core.errors import InvalidInputError, TaskFailedError
+from agent_worker.core.messages import Message, ModelRequest
+from agent_worker.core.settings import get_settings
 from agent_worker.demo.refund_desk import _script, order_amount, refund_desk
-from agent_worker.errors import InvalidInputError, TaskFailedError
-from agent_worker.messages import Message, ModelRequest
-from agent_worker.settings import get_settings
 
 
 def play(orders: int, refused: set[str]) -> tuple[object, list[str]]:

@@ -20,8 +20,8 @@ from sqlalchemy import create_engine, text
 
 from agent_worker import InProcessWorker, ScriptedModel, tool, turn
 from agent_worker.agent import Agent, Registry
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine.lap import run_lap
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext
 
 LAPS = 3

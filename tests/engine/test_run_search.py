@@ -16,10 +16,10 @@ import pytest
 
 from agent_worker import InProcessWorker
 from agent_worker.agent import Agent, Registry
-from agent_worker.errors import InvalidInputError, ModelRefusalError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import InvalidInputError, ModelRefusalError
+from agent_worker.core.messages import ModelRequest, ModelResponse
+from agent_worker.core.principal import Principal
 from agent_worker.model.scripted import ScriptedModel, turn
-from agent_worker.principal import Principal
 from agent_worker.store import listing
 from agent_worker.store.sql import SqlStore
 

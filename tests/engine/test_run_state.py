@@ -15,8 +15,8 @@ from sqlalchemy import event, select
 
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, tool, turn
 from agent_worker.agent import Agent, Registry
-from agent_worker.errors import InvalidStateError, StateLimitError, UnknownRunError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import InvalidStateError, StateLimitError, UnknownRunError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.state_toolkit import state_tools
 from agent_worker.store.sql import SqlStore
 from agent_worker.store.state import state_edits

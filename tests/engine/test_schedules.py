@@ -15,10 +15,8 @@ from pydantic import BaseModel
 from sqlalchemy import delete, select
 
 from agent_worker.agent import Agent, Registry
-from agent_worker.clock import DatabaseClock, ManualClock
-from agent_worker.engine.newrun import new_run
-from agent_worker.engine.schedules import fire_due, run_id_for
-from agent_worker.errors import (
+from agent_worker.core.clock import DatabaseClock, ManualClock
+from agent_worker.core.errors import (
     AgentWorkerError,
     InvalidInputError,
     InvalidScheduleError,
@@ -26,6 +24,8 @@ from agent_worker.errors import (
     UnknownAgentError,
     UnknownScheduleError,
 )
+from agent_worker.engine.newrun import new_run
+from agent_worker.engine.schedules import fire_due, run_id_for
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.store.schedtypes import Fire, Firing

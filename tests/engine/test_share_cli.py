@@ -21,8 +21,8 @@ from agent_worker import Agent, InProcessWorker, ScriptedModel, turn
 from agent_worker.agent import Registry
 from agent_worker.cli import common as cli_common
 from agent_worker.cli import main
+from agent_worker.core.principal import Principal
 from agent_worker.metrics import registry_for
-from agent_worker.principal import Principal
 from tests.store_helpers import end_fair_share
 
 

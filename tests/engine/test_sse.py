@@ -12,8 +12,8 @@ import pytest
 from starlette.testclient import TestClient
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
+from agent_worker.core.principal import Principal
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.principal import Principal
 from agent_worker.sse import create_app
 from agent_worker.webauth import WebAuth, token_digest
 

@@ -21,7 +21,7 @@ import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, register, turn
 from agent_worker.agent import Agent
 from agent_worker.cli import main
-from agent_worker.errors import InvalidInputError, RunConflictError
+from agent_worker.core.errors import InvalidInputError, RunConflictError
 
 register(Agent(name="start-once", model=ScriptedModel(lambda r: turn("ok"))))
 register(Agent(name="start-other", model=ScriptedModel(lambda r: turn("ok"))))

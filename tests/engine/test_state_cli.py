@@ -19,8 +19,8 @@ import agent_worker.api as api
 from agent_worker import InProcessWorker, ScriptedModel, ToolContext, register, tool, turn
 from agent_worker.agent import Agent
 from agent_worker.cli import common, main
-from agent_worker.errors import ModelRefusalError
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.errors import ModelRefusalError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.state_toolkit import state_tools
 from tests.principals import acting
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import text
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
-from agent_worker.errors import AgentWorkerError, InvalidInputError, UnknownRunError
+from agent_worker.core.errors import AgentWorkerError, InvalidInputError, UnknownRunError
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.store.db import make_engine
 from agent_worker.streaming import StreamEvent, follow

@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from agent_worker import InProcessWorker, ScriptedModel, api, tool, turn
 from agent_worker.agent import Agent
 from agent_worker.cli import app as cli_app
-from agent_worker.constants import effect_key
+from agent_worker.core.constants import effect_key
+from agent_worker.core.errors import AgentDefinitionError, RetryableToolError, ToolTimeoutError
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.engine import policy
 from agent_worker.engine.progress import latest
-from agent_worker.errors import AgentDefinitionError, RetryableToolError, ToolTimeoutError
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.tools import Tool, ToolContext, ToolKind
 from tests.principals import acting
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import tests.agents  # noqa: F401  (registers the "loop" agent)
-from agent_worker.errors import InvalidInputError
+from agent_worker.core.errors import InvalidInputError
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.tracing import lap_span_id
 

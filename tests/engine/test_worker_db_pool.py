@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.pool import QueuePool
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 from agent_worker.store.sql import SqlStore
 from agent_worker.tasks.dbpool import OVERFLOW
 from agent_worker.tasks.runtime import system_store

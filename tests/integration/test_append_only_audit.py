@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Connection, Engine, create_engine, make_url, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 from agent_worker.store.db import make_engine
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore

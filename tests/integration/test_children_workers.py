@@ -19,7 +19,7 @@ import pytest
 import tests.child_agents  # noqa: F401  (registers fan and kid here too)
 from agent_worker.api import AgentWorker
 from agent_worker.cli import main
-from agent_worker.constants import compensation_key, effect_key
+from agent_worker.core.constants import compensation_key, effect_key
 from tests.support import TEST_AGENTS, Fleet, wait_for
 
 pytestmark = pytest.mark.integration

@@ -159,7 +159,7 @@ def cli(database_url: str, broker_url: str,
 def _in_process_env(env: dict[str, str], broker_url: str) -> Iterator[None]:
     """This process's settings and default client point where the subprocesses' do."""
     import agent_worker.api as api
-    from agent_worker.settings import get_settings
+    from agent_worker.core.settings import get_settings
     from agent_worker.tasks import app
 
     mp = pytest.MonkeyPatch()
@@ -340,9 +340,9 @@ def test_stale_filter(cli: Cli, database_url: str) -> None:
     """A run no worker serves sits queued with no checkpoint: it shows as stale."""
     from agent_worker.agent import Agent, register
     from agent_worker.api import AgentWorker
+    from agent_worker.core.settings import Settings
     from agent_worker.model.scripted import ScriptedModel, turn
     from agent_worker.runtime import Runtime
-    from agent_worker.settings import Settings
 
     class Drop:
         def send(self, lap: object) -> None:

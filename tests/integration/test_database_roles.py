@@ -26,10 +26,10 @@ import pytest
 import yaml
 
 from agent_worker.agent import Agent, register
-from agent_worker.errors import PermissionDeniedError
+from agent_worker.core.errors import PermissionDeniedError
+from agent_worker.core.principal import Principal
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel
-from agent_worker.principal import Principal
 from agent_worker.store.migrate import upgrade
 from tests.support import ROOT
 

@@ -1,7 +1,7 @@
 """Exactly-once side effects through real ``celery -A agent_worker.tasks worker`` processes,
 Postgres, Redis and a vendor process.
 
-Each test kills pool children with armed fault points (``agent_worker.faults``)
+Each test kills pool children with armed fault points (``agent_worker.core.faults``)
 and then compares two ledgers that must agree: ours (``aw.effects``) and what
 really moved at the vendor (its ``/stats`` and its own SQLite journal).
 """
@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from agent_worker.api import AgentWorker
-from agent_worker.constants import compensation_key, effect_key
+from agent_worker.core.constants import compensation_key, effect_key
+from agent_worker.core.faults import POINTS
 from agent_worker.demo.vendor import VendorProcess, start_vendor
-from agent_worker.faults import POINTS
 from agent_worker.store.base import RunRecord
 from tests.integration.test_lap_loop import assert_laps_exactly_once
 from tests.principals import acting

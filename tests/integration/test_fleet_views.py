@@ -21,11 +21,11 @@ import pytest
 
 import agent_worker.api as api
 from agent_worker.agent import Agent, register
-from agent_worker.errors import PermissionDeniedError
+from agent_worker.core.errors import PermissionDeniedError
+from agent_worker.core.principal import Principal, default_principal
+from agent_worker.core.settings import get_settings
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel
-from agent_worker.principal import Principal, default_principal
-from agent_worker.settings import get_settings
 
 pytestmark = pytest.mark.integration
 

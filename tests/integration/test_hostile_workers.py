@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent_worker.api import AgentWorker
-from agent_worker.constants import effect_key
+from agent_worker.core.constants import effect_key
 from agent_worker.demo.vendor import start_vendor
 from tests.integration.test_effects import finish, fired, moved
 from tests.integration.test_lap_loop import assert_laps_exactly_once
@@ -17,7 +17,7 @@ from tests.support import Fleet
 
 pytestmark = pytest.mark.integration
 
-REPLACEMENT = "\ufffd"  # the rule of agent_worker.untrusted, spelled out
+REPLACEMENT = "\ufffd"  # the rule of agent_worker.core.untrusted, spelled out
 
 
 @pytest.mark.parametrize("faults", [None, "after_apply*2"], ids=["no-fault", "killed"])

@@ -21,7 +21,7 @@ import pytest
 
 import tests.ledger_agents  # noqa: F401  (registers ledger-charges here too)
 from agent_worker.api import AgentWorker
-from agent_worker.constants import compensation_key, effect_key
+from agent_worker.core.constants import compensation_key, effect_key
 from agent_worker.demo.vendor import Mode, start_vendor
 from tests.integration.test_effects import fired, moved, vendor_journal
 from tests.principals import acting

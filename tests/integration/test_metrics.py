@@ -25,12 +25,12 @@ from prometheus_client.parser import text_string_to_metric_families
 import tests.agents  # registers the test agents in this process
 from agent_worker.agent import Agent, register
 from agent_worker.api import AgentWorker
-from agent_worker.budget import Budget
+from agent_worker.core.budget import Budget
+from agent_worker.core.settings import Settings
 from agent_worker.engine.lap import run_lap
 from agent_worker.metrics import lap_seconds
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.runtime import Runtime
-from agent_worker.settings import Settings
 from agent_worker.store.base import TERMINAL, DueLap
 from agent_worker.store.sql import SqlStore
 from tests.store_helpers import delete_run

@@ -11,7 +11,7 @@ import pytest
 
 import tests.agents_parallel  # noqa: F401  (registers the agent in this process)
 from agent_worker.api import AgentWorker
-from agent_worker.constants import effect_key
+from agent_worker.core.constants import effect_key
 from agent_worker.demo.vendor import start_vendor
 from tests.integration.test_effects import fired, moved
 from tests.support import TEST_AGENTS, Fleet

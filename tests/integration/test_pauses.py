@@ -24,9 +24,9 @@ import redis
 from sqlalchemy import func, select
 
 from agent_worker.api import AgentWorker
-from agent_worker.budget import Budget
+from agent_worker.core.budget import Budget
+from agent_worker.core.errors import AlreadyDecidedError
 from agent_worker.demo.vendor import VendorProcess, start_vendor
-from agent_worker.errors import AlreadyDecidedError
 from agent_worker.store.rows import runs
 from agent_worker.store.sql import SqlStore
 from tests.agents import OffsetClock

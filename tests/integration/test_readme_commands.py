@@ -215,7 +215,7 @@ def host(command: str, env: Env) -> None:
 def a_setting(command: str, env: Env) -> None:
     """``AGENT_WORKER_NAME=value`` shown as configuration: a setting that
     exists, and a value it accepts."""
-    from agent_worker.settings import Settings
+    from agent_worker.core.settings import Settings
 
     name, value = command.split("=", 1)
     field = name.removeprefix("AGENT_WORKER_").lower()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from agent_worker.api import AgentWorker
-from agent_worker.constants import MAINT_QUEUE
+from agent_worker.core.constants import MAINT_QUEUE
 from tests.store_helpers import delete_run
 from tests.support import Fleet, Proc, logs, wait_for
 

@@ -17,12 +17,12 @@ from sqlalchemy.exc import OperationalError
 
 import tests.agents  # noqa: F401  (registers "loop")
 from agent_worker.api import AgentWorker, DefaultClient
-from agent_worker.clock import SystemClock
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.clock import SystemClock
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.principal import Principal
+from agent_worker.core.settings import Settings, get_settings
 from agent_worker.inprocess import InProcessWorker, LocalQueue
-from agent_worker.principal import Principal
 from agent_worker.runtime import Runtime
-from agent_worker.settings import Settings, get_settings
 from agent_worker.store import tenancy
 from agent_worker.store.db import make_engine
 from agent_worker.store.sql import SqlStore

@@ -31,17 +31,17 @@ from sqlalchemy.exc import DBAPIError
 import agent_worker.api as api
 from agent_worker.agent import Agent, register
 from agent_worker.control import wait_for_signal_tool
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     NotFoundError,
     PermissionDeniedError,
     RunIdUnavailableError,
     UnknownRunError,
 )
+from agent_worker.core.messages import ModelRequest, ModelResponse
+from agent_worker.core.principal import Principal, default_principal
+from agent_worker.core.settings import get_settings
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
-from agent_worker.principal import Principal, default_principal
-from agent_worker.settings import get_settings
 from agent_worker.store import tenancy
 from agent_worker.store.db import make_engine
 from agent_worker.store.sql import SqlStore

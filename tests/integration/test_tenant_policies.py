@@ -18,8 +18,8 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import DBAPIError
 
 import tests.agents  # noqa: F401  (registers "loop")
+from agent_worker.core.principal import Principal
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.principal import Principal
 from agent_worker.store import ratelimit, tenancy
 from agent_worker.store.db import make_engine
 from agent_worker.store.streamfeed import PgEventWaiter

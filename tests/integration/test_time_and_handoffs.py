@@ -24,7 +24,7 @@ from sqlalchemy import select
 
 from agent_worker.agent import register, registry
 from agent_worker.api import AgentWorker
-from agent_worker.constants import MAINT_QUEUE
+from agent_worker.core.constants import MAINT_QUEUE
 from agent_worker.demo.vendor import VendorProcess, start_vendor
 from agent_worker.metrics import registry_for
 from agent_worker.store.rows import served_versions

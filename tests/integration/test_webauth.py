@@ -14,10 +14,10 @@ import pytest
 from starlette.testclient import TestClient
 
 import tests.agents  # noqa: F401  (registers "loop")
-from agent_worker.errors import ConfigurationError
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.principal import Principal
+from agent_worker.core.settings import Settings
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.principal import Principal
-from agent_worker.settings import Settings
 from agent_worker.sse import create_app
 from agent_worker.webauth import ProxyHeaders, WebAuth, parse_tokens, token_digest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 from agent_worker.store.base import Claim, NewRun
 from agent_worker.store.sql import SqlStore
 

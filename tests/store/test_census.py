@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from agent_worker.core.vocabulary import RUNNABLE
 from agent_worker.store import stats
 from agent_worker.store.admitting import THROTTLED
 from agent_worker.store.rows import runs
 from agent_worker.store.sharing import QueueLine
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import RUNNABLE
 from tests.store_helpers import new_run
 
 Line = tuple[str, str, int, int, int]

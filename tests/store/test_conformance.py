@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from sqlalchemy import Text, cast, event, select
 
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     AlreadyDecidedError,
     IdempotencyConflictError,
     InvalidStateError,
     LeaseLost,
 )
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
+from agent_worker.core.vocabulary import WaitingFor
 from agent_worker.store.base import ApprovalRecord, EffectIntent, LapCommit, NewRun, RunUpdate
 from agent_worker.store.rows import checkpoints, messages
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import WaitingFor
 from tests.conftest import DatabaseClock
 from tests.store_helpers import sent_to_postgres
 
@@ -253,14 +253,14 @@ def test_lap_commit_restores_a_journal_lost_in_a_crash(store: SqlStore) -> None:
         assert [(m.seq, m.message.content) for m in stored] == [(0, "hi"), (1, "plan"), (2, "42")]
 
 
-# Everything the untrusted-text rule keeps (agent_worker.untrusted): both stores must
+# Everything the untrusted-text rule keeps (agent_worker.core.untrusted): both stores must
 # hand it back byte for byte, in text columns and in JSON, keys included.
 KEPT = ("esc\x1b[2J\x1b]0;t\x07 cr\r tab\t nl\n del\x7f c1\x9b rtl\u200f\u202e emoji\U0001f600 "
         "gothic\U00010348 repl\ufffd quote\" back\\ spelled\\u0000")
 
 
 def test_text_the_rule_keeps_round_trips_byte_for_byte(store: SqlStore) -> None:
-    from agent_worker.messages import ToolCall
+    from agent_worker.core.messages import ToolCall
 
     rid = _uid("r")
     store.create_run(NewRun(

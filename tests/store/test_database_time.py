@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 from agent_worker.store.base import NewRun
 from agent_worker.store.sql import SqlStore
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import OperationalError
 
-from agent_worker.errors import LeaseLost
+from agent_worker.core.errors import LeaseLost
 from agent_worker.store.rows import fence, runs
 from agent_worker.store.sql import SqlStore
 from tests.store import runs as runs_helper

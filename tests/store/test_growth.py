@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from agent_worker import Agent, Budget, InProcessWorker, ScriptedModel, register, tool, turn
-from agent_worker.messages import ModelRequest, ModelResponse
+from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.store.sql import SqlStore
 from tests.store_helpers import delete_run
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import event
 
-from agent_worker.messages import Message, ToolCall
+from agent_worker.core.messages import Message, ToolCall
 from agent_worker.store import lapcommit, statements
 from agent_worker.store.base import LapCommit, NewRun, RunUpdate
 from agent_worker.store.sql import SqlStore

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, event
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 from agent_worker.store.base import Claim, LapCommit, NewRun, RunUpdate
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, create_engine, event, func, select, text
 
-from agent_worker.errors import LeaseLost
-from agent_worker.messages import Message
+from agent_worker.core.errors import LeaseLost
+from agent_worker.core.messages import Message
 from agent_worker.store import lapcommit
 from agent_worker.store.base import Claim, LapCommit, RunUpdate
 from agent_worker.store.migrate import upgrade

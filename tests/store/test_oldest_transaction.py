@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from agent_worker.core.settings import Settings
 from agent_worker.metrics import registry_for
-from agent_worker.settings import Settings
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore
 from tests.support import wait_for

@@ -14,7 +14,7 @@ from alembic import command
 from alembic.script import ScriptDirectory
 from sqlalchemy import select, text
 
-from agent_worker.messages import Message
+from agent_worker.core.messages import Message
 from agent_worker.store import lapcommit, statements
 from agent_worker.store.base import Claim, LapCommit, RunUpdate
 from agent_worker.store.listing import RunFilter, search_runs

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, func, select, text, update
 
-from agent_worker.messages import Message
-from agent_worker.settings import get_settings
+from agent_worker.core.messages import Message
+from agent_worker.core.settings import get_settings
+from agent_worker.core.vocabulary import RUNNABLE, RunStatus
 from agent_worker.store import rollup, stats
 from agent_worker.store.base import ApprovalRecord, LapCommit, RunUpdate
 from agent_worker.store.migrate import upgrade
@@ -25,7 +26,6 @@ from agent_worker.store.pauses import insert_approvals
 from agent_worker.store.rows import runs
 from agent_worker.store.runstatus import shown_column
 from agent_worker.store.sql import SqlStore
-from agent_worker.vocabulary import RUNNABLE, RunStatus
 from tests.store_helpers import new_run
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_worker.errors import InvalidStateError
-from agent_worker.messages import Message
+from agent_worker.core.errors import InvalidStateError
+from agent_worker.core.messages import Message
 from agent_worker.store.base import LapCommit, RunUpdate
 from agent_worker.store.migrate import upgrade
 from agent_worker.store.sql import SqlStore

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_worker.settings import get_settings
+from agent_worker.core.settings import get_settings
 from agent_worker.tasks import runtime as worker_runtime
 
 SizedWorker = Callable[[str | type, object], worker_runtime.WorkerRuntime]

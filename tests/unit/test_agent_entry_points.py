@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent_worker.agent import AGENTS_ENTRY_POINT_GROUP, Registry
-from agent_worker.errors import AgentDefinitionError
+from agent_worker.core.errors import AgentDefinitionError
 
 MODULE = '''
 from agent_worker.agent import Agent

@@ -10,9 +10,9 @@ import pytest
 from celery import Celery
 from kombu import Queue
 
-from agent_worker.constants import LAP_TASK_NAME, MAINT_QUEUE, SWEEP_TASK_NAME
-from agent_worker.errors import ConfigurationError
-from agent_worker.settings import Settings
+from agent_worker.core.constants import LAP_TASK_NAME, MAINT_QUEUE, SWEEP_TASK_NAME
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.settings import Settings
 from agent_worker.tasks import celeryapp
 
 SETTINGS = Settings(agent_modules="agent_worker.demo.refund_desk")

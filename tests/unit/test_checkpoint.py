@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from agent_worker.checkpoint import (
+from agent_worker.core.checkpoint import (
     Checkpoint,
     PendingCall,
     PlanItem,
     dump_checkpoint,
     load_checkpoint,
 )
-from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
-from agent_worker.errors import CheckpointVersionError
-from agent_worker.messages import ToolCall
+from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.errors import CheckpointVersionError
+from agent_worker.core.messages import ToolCall
 
 FIXTURES = Path(__file__).parent / "checkpoints"
 

@@ -23,7 +23,7 @@ import pytest
 #: What neither ``--help`` nor ``--version`` may load: together most of the
 #: second every command used to spend importing.
 HEAVY = ("sqlalchemy", "celery", "kombu", "alembic", "pydantic", "agent_worker.api",
-         "agent_worker.store", "agent_worker.tasks", "agent_worker.settings")
+         "agent_worker.store", "agent_worker.tasks", "agent_worker.core.settings")
 
 
 def _cli() -> list[str]:

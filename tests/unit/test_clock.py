@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent_worker.clock import DatabaseClock
+from agent_worker.core.clock import DatabaseClock
 
 DB_TIME = datetime(2030, 1, 1, tzinfo=UTC)
 

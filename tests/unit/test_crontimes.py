@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from agent_worker.core.errors import InvalidScheduleError
 from agent_worker.engine.crontimes import check_cron, latest, next_after, zone
-from agent_worker.errors import InvalidScheduleError
 
 BERLIN = "Europe/Berlin"  # spring forward 2026-03-29 02:00→03:00, fall back 2026-10-25 03:00→02:00
 

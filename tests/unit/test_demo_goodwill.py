@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from agent_worker.core.errors import PermissionDeniedError
+from agent_worker.core.settings import get_settings
 from agent_worker.demo import goodwill
 from agent_worker.demo.refund_desk import order_amount
 from agent_worker.demo.vendor import start_vendor
-from agent_worker.errors import PermissionDeniedError
 from agent_worker.inprocess import InProcessWorker
-from agent_worker.settings import get_settings
 from tests.principals import acting
 
 

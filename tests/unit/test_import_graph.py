@@ -15,6 +15,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("agent_worker", "tasks", "store")
 #: How far above an import its explaining comment may sit (the comment may
@@ -102,6 +104,42 @@ def test_tasks_never_import_the_public_api_module() -> None:
               for p in _files("tasks") for line, name in _imports(p)
               if name == "agent_worker.api" or name.startswith("agent_worker.api.")]
     assert not arrows, arrows
+
+
+#: What each layer's modules may import of ours (anything, module level or in a
+#: function, even under ``TYPE_CHECKING``): the arrows of DESIGN.md's layers that
+#: point down to Core. Core imports only itself; the store only itself and Core.
+LAYER_MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "agent_worker.core": ("agent_worker.core",),
+    "agent_worker.store": ("agent_worker.store", "agent_worker.core"),
+}
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _arrows_up(layer: str) -> list[str]:
+    allowed = LAYER_MAY_IMPORT[layer]
+    return [f"{p.relative_to(ROOT)}:{line} imports {name}"
+            for p, module in ((p, _module(p)) for p in _files(*SHIPPED))
+            if _within(module, (layer,))
+            for line, name in _imports(p)
+            if name == "agent_worker" or (name.startswith("agent_worker.")
+                                          and not _within(name, allowed))]
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_MAY_IMPORT))
+def test_layers_import_only_what_lies_below_them(layer: str) -> None:
+    arrows = _arrows_up(layer)
+    assert not arrows, f"{layer} imports outside {LAYER_MAY_IMPORT[layer]}:\n" + "\n".join(arrows)
+
+
+def test_the_layer_rule_sees_an_arrow_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: with Core forbidden to itself, every Core module that imports
+    another Core module is reported."""
+    monkeypatch.setitem(LAYER_MAY_IMPORT, "agent_worker.core", ("agent_worker.nothing",))
+    assert any("agent_worker/core/checkpoint.py" in a for a in _arrows_up("agent_worker.core"))
 
 
 def test_agent_definitions_never_import_the_engine() -> None:

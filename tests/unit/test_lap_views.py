@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agent_worker.cli.views import LapBook
-from agent_worker.messages import Message, ToolCall
+from agent_worker.core.messages import Message, ToolCall
 from agent_worker.store.base import EffectRecord, EventRecord, StoredMessage
 
 AT = datetime(2026, 11, 30, tzinfo=UTC)

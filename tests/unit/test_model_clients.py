@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from agent_worker.errors import (
+from agent_worker.core.errors import (
     ContextLengthError,
     MalformedModelOutputError,
     ModelError,
     ModelRefusalError,
     TransientModelError,
 )
-from agent_worker.messages import Message, ModelRequest, ToolSpec, Usage
+from agent_worker.core.messages import Message, ModelRequest, ToolSpec, Usage
 from agent_worker.model.anthropic_client import AnthropicModel
 from agent_worker.model.failures import RateLimitedError
 from agent_worker.model.openai_client import OpenAIChatModel

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from agent_worker.messages import Message, ModelRequest
+from agent_worker.core.messages import Message, ModelRequest
 from agent_worker.model import sdk_common
 from agent_worker.model.anthropic_client import AnthropicModel
 from agent_worker.model.openai_client import OpenAIChatModel

@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
-from agent_worker.errors import ContextLengthError, MalformedModelOutputError, ModelRefusalError
-from agent_worker.messages import ModelResponse, ToolCall, Usage
+from agent_worker.core.errors import (
+    ContextLengthError,
+    MalformedModelOutputError,
+    ModelRefusalError,
+)
+from agent_worker.core.messages import ModelResponse, ToolCall, Usage
 from agent_worker.model.anthropic_client import from_anthropic_json
 from agent_worker.model.openai_client import from_openai_json
 
@@ -67,7 +71,7 @@ def test_what_servers_add_is_ignored_and_what_they_omit_is_absent() -> None:
 
 def test_text_is_kept_as_sent_for_the_engine_to_clean() -> None:
     """U+0000 and a lone surrogate arrive escaped in JSON; the client passes
-    them on (the lap applies ``agent_worker.untrusted``'s one rule)."""
+    them on (the lap applies ``agent_worker.core.untrusted``'s one rule)."""
     reply = from_openai_json(completion({"content": "a\u0000b\ud800c ☃"}))
     assert reply.message.content == "a\x00b\ud800c ☃"
 

@@ -11,10 +11,10 @@ import pytest
 
 from agent_worker import api
 from agent_worker.agent import Agent
+from agent_worker.core.settings import get_settings
 from agent_worker.model.protocol import ModelClient
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.runtime import Runtime
-from agent_worker.settings import get_settings
 from agent_worker.tasks.runtime import WorkerRuntime
 
 

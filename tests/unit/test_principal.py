@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from agent_worker.agent import Agent, register
-from agent_worker.authorization import DEFAULT_GRANTS, AccessRequest, RoleAuthorizer
-from agent_worker.errors import InvalidInputError, PermissionDeniedError
+from agent_worker.core.authorization import DEFAULT_GRANTS, AccessRequest, RoleAuthorizer
+from agent_worker.core.errors import InvalidInputError, PermissionDeniedError
+from agent_worker.core.principal import Principal, default_principal
+from agent_worker.core.settings import Settings
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
-from agent_worker.principal import Principal, default_principal
-from agent_worker.settings import Settings
 
 register(Agent(name="principal-echo", model=lambda: ScriptedModel(lambda r: turn("hi"))))
 

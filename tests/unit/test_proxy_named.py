@@ -10,7 +10,7 @@ import pytest
 
 from agent_worker.console.proxy import proxied_user
 from agent_worker.console.users import UserBook
-from agent_worker.errors import AuthenticationError
+from agent_worker.core.errors import AuthenticationError
 from agent_worker.webauth import ProxyHeaders, WebAuth, proxy_named
 
 BOOK = UserBook.parse(json.dumps([{"id": "ann", "tenant": "acme", "roles": ["approver"]}]))

@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from agent_worker.settings import config_table
+from agent_worker.core.settings import config_table
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

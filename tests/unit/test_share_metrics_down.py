@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from agent_worker.core.settings import Settings
 from agent_worker.metrics import registry_for
-from agent_worker.settings import Settings
 from agent_worker.sharemetrics import ShareCollector
 from agent_worker.store import stats
 from agent_worker.store.sharing import QueueLine

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from agent_worker.messages import Message, ModelRequest, ToolCall
+from agent_worker.core.messages import Message, ModelRequest, ToolCall
 from agent_worker.model.openai_client import to_openai_messages
 
 

@@ -12,9 +12,9 @@ from rich.table import Table
 
 from agent_worker.cli import common
 from agent_worker.cli.terminal import strip_terminal
-from agent_worker.errors import InvalidInputError, NestingTooDeepError
-from agent_worker.redaction import _NAMES, _PATTERNS, redact_secrets
-from agent_worker.untrusted import check_name, clean, clean_text
+from agent_worker.core.errors import InvalidInputError, NestingTooDeepError
+from agent_worker.core.redaction import _NAMES, _PATTERNS, redact_secrets
+from agent_worker.core.untrusted import check_name, clean, clean_text
 
 FFFD = "\ufffd"
 

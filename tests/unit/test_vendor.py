@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agent_worker.core.errors import ToolError
 from agent_worker.demo.vendor import (
     REFUND_LIMIT_CENTS,
     LookupUnsupported,
@@ -19,7 +20,6 @@ from agent_worker.demo.vendor import (
     VendorUnavailable,
     start_vendor,
 )
-from agent_worker.errors import ToolError
 
 StartVendor = Callable[..., VendorProcess]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_worker.vocabulary import RUN_STATUSES, RUNNABLE, TERMINAL, WaitingFor
+from agent_worker.core.vocabulary import RUN_STATUSES, RUNNABLE, TERMINAL, WaitingFor
 
 
 @pytest.mark.parametrize("wait", [

@@ -8,10 +8,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agent_worker import Agent, ScriptedModel, turn
-from agent_worker.budget import Budget, BudgetLedger
-from agent_worker.checkpoint import Checkpoint
+from agent_worker.core.budget import Budget, BudgetLedger
+from agent_worker.core.checkpoint import Checkpoint
+from agent_worker.core.messages import Message, ToolCall, token_estimate
 from agent_worker.engine.window import build_request
-from agent_worker.messages import Message, ToolCall, token_estimate
 from agent_worker.store.base import StoredMessage
 
 

@@ -20,7 +20,7 @@ import openai
 import pytest
 from openai.resources.chat.completions import completions as sdk_completions
 
-from agent_worker.messages import Message, ModelRequest, ToolCall, ToolSpec
+from agent_worker.core.messages import Message, ModelRequest, ToolCall, ToolSpec
 from agent_worker.model.anthropic_client import (
     AnthropicModel,
     to_anthropic_messages,

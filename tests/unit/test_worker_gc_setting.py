@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from pydantic import ValidationError
 
-from agent_worker.settings import Settings
+from agent_worker.core.settings import Settings
 from agent_worker.tasks.garbage import tune
 
 

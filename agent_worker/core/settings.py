@@ -12,14 +12,14 @@ from functools import lru_cache
 
 from pydantic_settings import SettingsConfigDict
 
-from agent_worker.config.callers import CallerSettings
-from agent_worker.config.console import ConsoleSettings
-from agent_worker.config.fairshare import FairShareSettings
-from agent_worker.config.fleet import FleetSettings
-from agent_worker.config.operations import OperationsSettings
+from agent_worker.core.config.callers import CallerSettings
+from agent_worker.core.config.console import ConsoleSettings
+from agent_worker.core.config.fairshare import FairShareSettings
+from agent_worker.core.config.fleet import FleetSettings
+from agent_worker.core.config.operations import OperationsSettings
 
 
-# The fields are declared by concern in ``agent_worker.config``. Pydantic
+# The fields are declared by concern in ``agent_worker.core.config``. Pydantic
 # orders them from the last base to the first: the reference's table (and
 # ``model_fields``) reads fleet, callers, operations, fair share, console.
 class Settings(ConsoleSettings, FairShareSettings, OperationsSettings, CallerSettings,

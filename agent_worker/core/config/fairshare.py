@@ -7,6 +7,30 @@ from __future__ import annotations
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings
 
+from agent_worker.core.errors import ConfigurationError
+from agent_worker.core.untrusted import check_name
+
+
+def provider_caps(text: str, name: str = "AGENT_WORKER_PROVIDER_CONCURRENCY"
+                  ) -> dict[str, int]:
+    """The setting ``name`` parsed: ``key=N,key=N``.
+
+    Raises:
+        ConfigurationError: an entry is not ``identifier=positive integer``.
+    """
+    caps: dict[str, int] = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        key, sep, value = item.partition("=")
+        try:
+            check_name(key.strip(), "provider key")
+            cap = int(value)
+        except Exception as e:
+            raise ConfigurationError(f"{name} entry {item!r} is not key=N: {e}") from e
+        if not sep or cap < 1:
+            raise ConfigurationError(f"{name} entry {item!r}: N must be at least 1")
+        caps[key.strip()] = cap
+    return caps
+
 
 class FairShareSettings(BaseSettings):
     """Admission's caps, weights and rate limits."""
@@ -58,10 +82,8 @@ class FairShareSettings(BaseSettings):
     @classmethod
     def _provider_caps(cls, value: str, info: ValidationInfo) -> str:
         """Refused at start, not at the first send: raises ``ConfigurationError``."""
-        from agent_worker.fairshare import provider_caps  # it imports the settings
-
         provider_caps(value, f"AGENT_WORKER_{(info.field_name or '').upper()}")
         return value
 
 
-__all__ = ["FairShareSettings"]
+__all__ = ["FairShareSettings", "provider_caps"]

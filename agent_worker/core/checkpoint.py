@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from agent_worker.budget import BudgetLedger
-from agent_worker.constants import CHECKPOINT_SCHEMA_VERSION
-from agent_worker.errors import CheckpointVersionError
-from agent_worker.messages import Frozen, ToolCall
+from agent_worker.core.budget import BudgetLedger
+from agent_worker.core.constants import CHECKPOINT_SCHEMA_VERSION
+from agent_worker.core.errors import CheckpointVersionError
+from agent_worker.core.messages import Frozen, ToolCall
 
 
 class PlanItem(Frozen):

@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_worker.checkpoint import Checkpoint, PlanItem
-from agent_worker.errors import InvalidInputError, StateLimitError
-from agent_worker.settings import Settings
-from agent_worker.untrusted import check_name, check_text, clean
+from agent_worker.core.checkpoint import Checkpoint, PlanItem
+from agent_worker.core.errors import InvalidInputError, StateLimitError
+from agent_worker.core.settings import Settings
+from agent_worker.core.untrusted import check_name, check_text, clean
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationInfo, field_validator
 
-from agent_worker.errors import BudgetExceededError, InvalidInputError
-from agent_worker.messages import Frozen, Usage
+from agent_worker.core.errors import BudgetExceededError, InvalidInputError
+from agent_worker.core.messages import Frozen, Usage
 
 _LIMITS = ("max_laps", "max_input_tokens", "max_output_tokens", "max_cost", "max_wall_seconds")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from agent_worker.authorization import DEFAULT_GRANTS
+from agent_worker.core.authorization import DEFAULT_GRANTS
 
 
 class CallerSettings(BaseSettings):

@@ -13,7 +13,8 @@ import os
 import sys
 import warnings
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+#: The package's folder (this module sits in ``agent_worker/core``).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _outside_stacklevel() -> int:

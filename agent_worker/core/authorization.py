@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from agent_worker.errors import InvalidInputError
-from agent_worker.principal import ADMIN, Principal
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.principal import ADMIN, Principal
 
 Action = Literal["read", "start", "signal", "cancel", "approve", "reject", "retry", "fork",
                  "resolve", "raise_budget", "edit_state", "audit", "share"]

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent_worker.errors import InvalidInputError, NestingTooDeepError
+from agent_worker.core.errors import InvalidInputError, NestingTooDeepError
 
 REPLACEMENT = "\ufffd"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")

@@ -16,11 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent_worker.errors import InvalidInputError
-from agent_worker.untrusted import check_name, check_text
+from agent_worker.core.errors import InvalidInputError
+from agent_worker.core.untrusted import check_name, check_text
 
 if TYPE_CHECKING:  # settings imports the default role grants from authorization
-    from agent_worker.settings import Settings
+    from agent_worker.core.settings import Settings
 
 #: The tenant of a principal that crosses tenants (admins only, configured explicitly).
 ALL_TENANTS = "*"
