@@ -18,7 +18,6 @@ page that its rows changed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -31,9 +30,10 @@ from starlette.responses import Response
 from agent_worker.api import AgentWorker
 from agent_worker.cli.common import span
 from agent_worker.cli.views import run_summary
+from agent_worker.console.applicable import waited_ref
 from agent_worker.console.context import Ctx
 from agent_worker.core.errors import ConfigurationError, InvalidInputError
-from agent_worker.core.vocabulary import RUN_STATUSES, TERMINAL, RunStatus, WaitingFor
+from agent_worker.core.vocabulary import RUN_STATUSES, TERMINAL, RunStatus
 from agent_worker.steering import parse_labels
 from agent_worker.store import runpages, tenancy
 from agent_worker.store.base import RunRecord
@@ -162,11 +162,7 @@ def row(run: RunRecord, at: datetime, stale_after: float) -> dict[str, Any]:
     summary["duration_seconds"] = max(0.0, ((ended or at) - run.created_at).total_seconds())
     summary["duration"] = span(summary["duration_seconds"])
     summary["labels"] = sorted((run.labels or {}).items())
-    summary["approval_id"] = None
-    if run.waiting_for:
-        with contextlib.suppress(ValueError):
-            wait = WaitingFor.parse(run.waiting_for)
-            summary["approval_id"] = wait.ref if wait.kind == "approval" else None
+    summary["approval_id"] = waited_ref(run, "approval")
     return summary
 
 

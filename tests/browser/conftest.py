@@ -15,7 +15,15 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    ConsoleMessage,
+    Dialog,
+    Error,
+    Page,
+    expect,
+    sync_playwright,
+)
 
 from agent_worker.api import AgentWorker
 from agent_worker.core.principal import Principal
@@ -112,3 +120,22 @@ def submitter(console_env: dict[str, str], cast: Cast) -> Iterator[AgentWorker]:
     with pytest.MonkeyPatch.context() as patch:
         for client in client_on(console_env, patch):
             yield client.acting_as(Principal("app", cast.tenant, ("submitter",)))
+
+
+@pytest.fixture
+def errors(page: Page) -> Iterator[list[str]]:
+    """What the pages log as errors (and scripts that throw): the test fails
+    at its end unless there were none."""
+    found: list[str] = []
+
+    def logged(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            found.append(f"{page.url}: {message.text}")
+
+    def thrown(error: Error) -> None:
+        found.append(f"{page.url}: {error}")
+
+    page.on("console", logged)
+    page.on("pageerror", thrown)
+    yield found
+    assert found == []

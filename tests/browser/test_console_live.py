@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import ConsoleMessage, Error, Page, expect
+from playwright.sync_api import Page, expect
 
 from agent_worker.api import AgentWorker
 from tests.browser.server import Cast, ConsoleServer
@@ -22,24 +21,6 @@ from tests.browser.test_console_browser import log_in
 from tests.support import run_reaching
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.xdist_group("browser")]
-
-
-@pytest.fixture
-def errors(page: Page) -> Iterator[list[str]]:
-    """What the pages log as errors (and scripts that throw), checked at the end."""
-    found: list[str] = []
-
-    def logged(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            found.append(f"{page.url}: {message.text}")
-
-    def thrown(error: Error) -> None:
-        found.append(f"{page.url}: {error}")
-
-    page.on("console", logged)
-    page.on("pageerror", thrown)
-    yield found
-    assert found == []
 
 
 def test_the_inbox_and_its_badge_change_without_a_reload_when_a_run_starts_waiting(

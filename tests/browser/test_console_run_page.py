@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from playwright.sync_api import ConsoleMessage, Page, expect
+from playwright.sync_api import Page, expect
 
 from agent_worker.api import AgentWorker
 from agent_worker.core.principal import Principal
-from tests.browser.server import Cast, ConsoleServer, User
+from tests.browser.server import Cast, ConsoleServer
+from tests.browser.test_console_browser import log_in
 from tests.support import Fleet, logs, run_reaching, supervised
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.xdist_group("browser")]
@@ -67,35 +68,12 @@ def runs(submitter: AgentWorker, browser_fleet: Fleet) -> Runs:
                 budget=submitter.start_run("console-budget", {}).id)
 
 
-@pytest.fixture
-def errors(page: Page) -> Iterator[list[str]]:
-    """Every error a page logs (a script's exception, a refused resource)."""
-    seen: list[str] = []
-
-    def note(message: ConsoleMessage) -> None:
-        if message.type == "error":
-            seen.append(message.text)
-
-    page.on("console", note)
-    page.on("pageerror", lambda e: seen.append(str(e)))
-    yield seen
-    assert seen == []
-
-
-def log_in(page: Page, console: ConsoleServer, user: User, path: str) -> None:
-    page.goto(f"{console.url}/login?next={path}")
-    page.get_by_label("User").fill(user.id)
-    page.get_by_label("Password").fill(user.password)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.locator("#whoami")).to_contain_text(user.id)
-
-
 def test_a_killed_workers_lap_shows_its_recovery_gap_on_the_timeline(
         page: Page, errors: list[str], console: ConsoleServer, cast: Cast, runs: Runs,
         submitter: AgentWorker) -> None:
     done = run_reaching(submitter, runs.stamped, "succeeded", timeout=120)
     assert done.recoveries >= 1  # the worker did die mid-lap
-    log_in(page, console, cast.viewer, f"/runs/{runs.stamped}")
+    log_in(page, console, cast.viewer, path=f"/runs/{runs.stamped}")
     row = page.locator("#run-timeline a.tl-row[data-lap='1']")
     expect(row).to_have_attribute("data-cause", "recovered")
     expect(row.locator(".tl-text")).to_contain_text("lease expired, recovered")
@@ -113,7 +91,7 @@ def test_the_tree_shows_a_fan_out_of_ten_children(
     run_reaching(submitter, runs.fan, "succeeded", timeout=120)
     kids = submitter.list_runs(parent=runs.fan)
     assert len(kids) == 10
-    log_in(page, console, cast.viewer, f"/runs/{runs.fan}")
+    log_in(page, console, cast.viewer, path=f"/runs/{runs.fan}")
     children = page.locator("#children > ul > li[data-run-id]")
     expect(children).to_have_count(10)
     for kid in kids:
@@ -130,7 +108,7 @@ def test_an_operator_raises_the_budget_and_the_paused_run_resumes(
         submitter: AgentWorker) -> None:
     paused = run_reaching(submitter, runs.budget, "waiting", timeout=120)
     assert paused.waiting_for == "budget"
-    log_in(page, console, cast.operator, f"/runs/{runs.budget}")
+    log_in(page, console, cast.operator, path=f"/runs/{runs.budget}")
     expect(page.locator("#budget tr[data-budget='laps'] .used")).to_have_text("1")
     page.locator("#raise-budget").click()
     page.get_by_label("Laps (new limit; blank: unchanged)").fill("5")

@@ -15,7 +15,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from agent_worker.api import AgentWorker
 from agent_worker.demo.vendor import start_vendor
 from agent_worker.store.db import make_engine
 from agent_worker.store.retry import with_retry
+from bench.dbfaultkit import vendor_applied
 from tests.chaos.conftest import PrivatePostgres, PrivateRedis
 from tests.support import Fleet, Proc, default_timing
 
@@ -184,13 +184,6 @@ class Chaos:
         self.check_recoveries()
 
 
-def _vendor_applied(db_path: Path) -> list[tuple[str, str]]:
-    """(idempotency key, order id) of every effect the vendor really applied."""
-    with sqlite3.connect(db_path) as v:
-        rows = v.execute("SELECT idem_key, request FROM effects WHERE applied = 1").fetchall()
-    return [(k, json.loads(req)["order_id"]) for k, req in rows]
-
-
 #: Timings: the fixture's shortened ones (a large workload), and once the
 #: defaults (lease 10 s, sweep 2 s, re-send cap 60 s) on a smaller one, so a
 #: recovery that only short timings make quick cannot hide.
@@ -232,7 +225,7 @@ def test_chaos_suite(aw: AgentWorker, fleet: Fleet, private_pg: PrivatePostgres,
         chaos.check_recoveries()
         elapsed = time.monotonic() - chaos.started
         stats = vendor.client.stats()
-    applied = _vendor_applied(vendor_db)
+    applied = vendor_applied(vendor_db)
 
     with db.connect() as c:
         statuses: Counter[str] = Counter(dict(c.execute(text(

@@ -5,21 +5,17 @@ limit is refused with its exit code and nothing changes."""
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
-from typing import Any
 
 import pytest
 
 import agent_worker.api as api
 from agent_worker.agent import Agent, Registry
-from agent_worker.cli import main
 from agent_worker.core.budget import Budget
 from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.tools import tool
+from tests.engine.cli_json import cli
 from tests.engine.conftest import OwnRunsWorker
 
 
@@ -47,15 +43,6 @@ def w(dialect_url: str) -> Iterator[OwnRunsWorker]:
     worker.close()
 
 
-def cli(*args: str, code: int = 0) -> Any:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        got = main([*args, "--json"])
-    assert got == code, (args, out.getvalue(), err.getvalue())
-    if code:
-        [line] = err.getvalue().strip().splitlines()
-        return json.loads(line)["error"]
-    return json.loads(out.getvalue())
 
 
 def test_budget_raise_resumes_a_paused_run_and_is_audited(w: OwnRunsWorker) -> None:

@@ -4,19 +4,15 @@ one error line."""
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
-from typing import Any
 
 import pytest
 
 import agent_worker.api as api
 from agent_worker.agent import Agent, Registry
-from agent_worker.cli import main
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
+from tests.engine.cli_json import cli
 
 
 @pytest.fixture
@@ -34,15 +30,6 @@ def w(dialect_url: str) -> Iterator[InProcessWorker]:
     worker.close()
 
 
-def cli(*args: str, code: int = 0) -> Any:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        got = main([*args, "--json"])
-    assert got == code, (args, out.getvalue(), err.getvalue())
-    if code:
-        [line] = err.getvalue().strip().splitlines()
-        return json.loads(line)["error"]
-    return json.loads(out.getvalue())
 
 
 def test_schedules_commands(w: InProcessWorker) -> None:

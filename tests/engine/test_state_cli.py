@@ -7,11 +7,9 @@ values are the test's own (on Postgres the database is the session's)."""
 from __future__ import annotations
 
 import io
-import json
 import uuid
 from collections.abc import Iterator
-from contextlib import redirect_stderr, redirect_stdout
-from typing import Any
+from contextlib import redirect_stdout
 
 import pytest
 
@@ -22,6 +20,7 @@ from agent_worker.cli import common, main
 from agent_worker.core.errors import ModelRefusalError
 from agent_worker.core.messages import ModelRequest, ModelResponse
 from agent_worker.state_toolkit import state_tools
+from tests.engine.cli_json import cli
 from tests.principals import acting
 
 
@@ -58,15 +57,6 @@ def w(dialect_url: str) -> Iterator[InProcessWorker]:
     worker.close()
 
 
-def cli(*argv: str, code: int = 0) -> Any:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        got = main(list(argv))
-    assert got == code, (argv, out.getvalue(), err.getvalue())
-    if code:
-        (line,) = err.getvalue().strip().splitlines()
-        return json.loads(line)["error"]
-    return json.loads(out.getvalue())
 
 
 def test_state_labels_and_edited_approvals_from_the_cli(w: InProcessWorker) -> None:

@@ -10,22 +10,19 @@ session's database never match.
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-import agent_worker.api as api
 from agent_worker.agent import Agent, register
 from agent_worker.core.errors import PermissionDeniedError
-from agent_worker.core.principal import Principal, default_principal
-from agent_worker.core.settings import get_settings
+from agent_worker.core.principal import Principal
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel
+from tests.principals import PrincipalCli, cli_as
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +33,6 @@ ACME, GLOBEX = f"acme-{SUFFIX}", f"globex-{SUFFIX}"
 ADMIN = Principal("root", "*", {"admin"})
 ACME_OPS = Principal("acme:ops", ACME, {"operator"})
 ACME_NOBODY = Principal("acme:nobody", ACME, ())
-CLI = Callable[..., tuple[int, Any, str]]
 
 
 @pytest.fixture(scope="module")
@@ -87,30 +83,14 @@ def test_a_principal_with_no_role_reads_no_queue_limit_or_schedule(
 
 @pytest.fixture
 def cli(worker: InProcessWorker, monkeypatch: pytest.MonkeyPatch,
-        database_url: str) -> Iterator[CLI]:
+        database_url: str) -> Iterator[PrincipalCli]:
     """``cli(principal, *argv)``: ``agent-worker ... --json`` in this process,
     acting as the principal ``AGENT_WORKER_PRINCIPAL_*`` names."""
-    monkeypatch.setenv("AGENT_WORKER_DATABASE_URL", database_url)
-
-    def call(who: Principal, *argv: str) -> tuple[int, Any, str]:
-        from agent_worker.cli import main  # as the console script does, after the env is set
-
-        monkeypatch.setenv("AGENT_WORKER_PRINCIPAL_ID", who.id)
-        monkeypatch.setenv("AGENT_WORKER_PRINCIPAL_TENANT", who.tenant)
-        monkeypatch.setenv("AGENT_WORKER_PRINCIPAL_ROLES", ",".join(sorted(who.roles)))
-        get_settings.cache_clear()
-        api.configure(worker.acting_as(default_principal(get_settings())))
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            code = main([*argv, "--json"])
-        return code, json.loads(out.getvalue()) if out.getvalue() else None, err.getvalue()
-
-    yield call
-    api.configure(None)
-    get_settings.cache_clear()
+    with cli_as(worker, monkeypatch, database_url) as call:
+        yield call
 
 
-def test_the_cli_shows_a_tenant_its_own_queues_and_limits(cli: CLI) -> None:
+def test_the_cli_shows_a_tenant_its_own_queues_and_limits(cli: PrincipalCli) -> None:
     code, out, _ = cli(ACME_OPS, "queues")
     assert code == 0 and {q["tenant"] for q in out["queues"]} == {ACME}
     code, out, _ = cli(ACME_OPS, "share", "list")
@@ -122,7 +102,7 @@ def test_the_cli_shows_a_tenant_its_own_queues_and_limits(cli: CLI) -> None:
         assert code == 5 and json.loads(err)["error"]["code"] == "permission_denied", argv
 
 
-def test_the_metrics_are_read_across_tenants_only(cli: CLI) -> None:
+def test_the_metrics_are_read_across_tenants_only(cli: PrincipalCli) -> None:
     code, _, err = cli(ACME_OPS, "metrics", "--once")
     assert code == 5 and json.loads(err)["error"]["code"] == "permission_denied"
     assert "every tenant" in json.loads(err)["error"]["message"]

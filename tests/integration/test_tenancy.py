@@ -12,7 +12,6 @@ taken from ``AGENT_WORKER_PRINCIPAL_*``, once as a subprocess.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -20,7 +19,6 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import redirect_stderr, redirect_stdout
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +26,6 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-import agent_worker.api as api
 from agent_worker.agent import Agent, register
 from agent_worker.control import wait_for_signal_tool
 from agent_worker.core.errors import (
@@ -38,14 +35,14 @@ from agent_worker.core.errors import (
     UnknownRunError,
 )
 from agent_worker.core.messages import ModelRequest, ModelResponse
-from agent_worker.core.principal import Principal, default_principal
-from agent_worker.core.settings import get_settings
+from agent_worker.core.principal import Principal
 from agent_worker.inprocess import InProcessWorker
 from agent_worker.model.scripted import ScriptedModel, turn
 from agent_worker.store import tenancy
 from agent_worker.store.db import make_engine
 from agent_worker.store.sql import SqlStore
 from agent_worker.tools import ToolContext, tool
+from tests.principals import PrincipalCli, cli_as
 from tests.support import ROOT
 
 pytestmark = pytest.mark.integration
@@ -226,28 +223,11 @@ def test_the_audit_log_refuses_update_and_delete(database_url: str, acme_run: st
 
 @pytest.fixture
 def cli(worker: InProcessWorker, monkeypatch: pytest.MonkeyPatch,
-        database_url: str) -> Iterator[Callable[..., tuple[int, Any, str]]]:
+        database_url: str) -> Iterator[PrincipalCli]:
     """``cli(principal, *argv)``: ``agent-worker`` in this process, acting as the
     principal ``AGENT_WORKER_PRINCIPAL_*`` names (laps run in ``worker``)."""
-    monkeypatch.setenv("AGENT_WORKER_DATABASE_URL", database_url)
-
-    def call(who: Principal, *argv: str) -> tuple[int, Any, str]:
-        from agent_worker.cli import main
-
-        monkeypatch.setenv("AGENT_WORKER_PRINCIPAL_ID", who.id)
-        monkeypatch.setenv("AGENT_WORKER_PRINCIPAL_TENANT", who.tenant)
-        monkeypatch.setenv("AGENT_WORKER_PRINCIPAL_ROLES", ",".join(sorted(who.roles)))
-        get_settings.cache_clear()
-        api.configure(worker.acting_as(default_principal(get_settings())))
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            code = main([*argv, "--json"])
-        worker.run_until_idle()
-        return code, json.loads(out.getvalue()) if out.getvalue() else None, err.getvalue()
-
-    yield call
-    api.configure(None)
-    get_settings.cache_clear()
+    with cli_as(worker, monkeypatch, database_url, settle=True) as call:
+        yield call
 
 
 def test_through_the_cli_each_action_is_audited_once_and_b_sees_none_of_it(
