@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from agent_worker.tasks.routing import lap_queue
 from bench.common import RESULTS, ROOT, Proc, celery_beat, log, wait_for
 from bench.fleets import BenchFleet
 from bench.io_agent import IO_AGENT_NAME
-from bench.iobound import _check, _free_port, _listening, _progress
+from bench.iobound import _check, _progress, loopback_provider
 from bench.workload import run_id
 
 QUEUE = lap_queue(IO_AGENT_NAME, "1")
@@ -121,17 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     tree = Path(args.tree).resolve() if args.tree else ROOT
     logdir = RESULTS / "logs" / f"backlog-{time.strftime('%Y%m%dT%H%M%S')}"
     logdir.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    provider = Proc([sys.executable, "-m", "bench.io_provider", "--port", str(port),
-                     "--latency", str(args.latency)], dict(os.environ),
-                    logdir / "provider.log").start()
+    provider, model_url = loopback_provider(args.latency, logdir)
     load_before = os.getloadavg()
     fleet: BenchFleet | None = None
     beat: Proc | None = None
     results: dict[str, Any] = {}
     try:
-        wait_for(lambda: _listening(port), 30, what="provider listening")
-        model_url = f"http://127.0.0.1:{port}/v1"
         os.environ["AGENT_WORKER_BENCH_MODEL_URL"] = model_url
         fleet = BenchFleet("backlog", {
             "AGENT_WORKER_WORKER_POOL": args.pool, "AGENT_WORKER_TASK_EVENTS": "false",

@@ -52,6 +52,22 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def loopback_provider(latency: float, logdir: Path) -> tuple[Proc, str]:
+    """The loopback model provider (``bench.io_provider``) answering after
+    ``latency`` seconds, once it listens, and its base URL; stopped again if
+    it never does."""
+    port = _free_port()
+    provider = Proc([sys.executable, "-m", "bench.io_provider", "--port", str(port),
+                     "--latency", str(latency)], dict(os.environ),
+                    logdir / "provider.log").start()
+    try:
+        wait_for(lambda: _listening(port), 30, what="provider listening")
+    except BaseException:
+        provider.stop()
+        raise
+    return provider, f"http://127.0.0.1:{port}/v1"
+
+
 def _progress(fleet: BenchFleet, prefix: str) -> tuple[int, int]:
     """(runs not finished, laps committed) of the runs named ``prefix-…``."""
     with fleet.store.engine.connect() as c:
@@ -176,22 +192,18 @@ def run_fleet(spec: Fleet, logdir: Path, worker_env: Mapping[str, str] | None = 
     ``during(fleet)`` is called right before and right after the measured
     runs, while the workers still run (a caller's own readings)."""
     concurrency = spec.per_worker()
-    port = _free_port()
-    provider = Proc([sys.executable, "-m", "bench.io_provider", "--port", str(port),
-                     "--latency", str(spec.latency)], dict(os.environ),
-                    logdir / "provider.log").start()
+    provider, model_url = loopback_provider(spec.latency, logdir)
     load_before = os.getloadavg()
     fleet: BenchFleet | None = None
     try:
-        wait_for(lambda: _listening(port), 30, what="provider listening")
         fleet = BenchFleet("iobound", {
             "AGENT_WORKER_WORKER_POOL": spec.pool,
             "AGENT_WORKER_WORKER_DB_POOL_SIZE": str(spec.db_pool),
             "AGENT_WORKER_WORKER_ACTIVE_LAPS": str(spec.active_laps),
             "AGENT_WORKER_TASK_EVENTS": "true" if spec.events else "false",
-            "AGENT_WORKER_BENCH_MODEL_URL": f"http://127.0.0.1:{port}/v1",
+            "AGENT_WORKER_BENCH_MODEL_URL": model_url,
             "AGENT_WORKER_BENCH_MODEL_KEY": "loopback"}, logdir, agent_modules="bench.io_agent")
-        os.environ.update(AGENT_WORKER_BENCH_MODEL_URL=f"http://127.0.0.1:{port}/v1")
+        os.environ.update(AGENT_WORKER_BENCH_MODEL_URL=model_url)
         for _ in range(spec.workers):
             fleet.worker(concurrency, **(worker_env or {}))
         log(f"{spec.workers} workers, pool {spec.pool}, concurrency {concurrency} each")
